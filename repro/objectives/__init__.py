@@ -1,0 +1,48 @@
+"""Policy-gradient objectives: the one source of truth for every formula in the suite.
+
+The trainer, the diagnostics, the theory experiment and the verl/TRL adapters all call
+`policy_loss(cfg, Minibatch(...))`; nothing else derives a loss. Formulas and decisions:
+shared/spec/objectives.md.
+"""
+
+from repro.objectives import dfpo, grpo, grpo_fix, gspo  # noqa: F401  (register algorithms)
+from repro.objectives.advantages import AdvantageConfig, group_advantages
+from repro.objectives.aggregation import Normalisers, aggregate
+from repro.objectives.base import AGG_MODES, LossConfig, Minibatch
+from repro.objectives.dfpo import DFPOConfig
+from repro.objectives.groups import Groups
+from repro.objectives.grpo import GRPOConfig
+from repro.objectives.grpo_fix import GRPOFixConfig
+from repro.objectives.gspo import GSPOConfig
+from repro.objectives.registry import (
+    Algorithm,
+    algorithm_names,
+    get_algorithm,
+    make_config,
+    policy_loss,
+    register_algorithm,
+)
+from repro.objectives.transforms import TRANSFORMS, apply_transform
+
+__all__ = [
+    "AGG_MODES",
+    "TRANSFORMS",
+    "AdvantageConfig",
+    "Algorithm",
+    "DFPOConfig",
+    "GRPOConfig",
+    "GRPOFixConfig",
+    "GSPOConfig",
+    "Groups",
+    "LossConfig",
+    "Minibatch",
+    "Normalisers",
+    "aggregate",
+    "algorithm_names",
+    "apply_transform",
+    "get_algorithm",
+    "group_advantages",
+    "make_config",
+    "policy_loss",
+    "register_algorithm",
+]

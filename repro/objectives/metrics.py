@@ -1,0 +1,29 @@
+"""Metrics every loss reports, computed the same way for all of them (cheap, no grad)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from repro.objectives.base import Minibatch
+
+
+@torch.no_grad()
+def common_metrics(batch: Minibatch, weights: Tensor, clipped: Tensor) -> dict[str, float]:
+    """weights: the effective per-row (or per-token) importance weights the loss used.
+
+    clipped: bool [B, T] of tokens whose gradient the trust region changed. clip_frac is
+    token-weighted for every algorithm (verl's convention, also for GSPO).
+    """
+    mask = batch.mask
+    n_tok = mask.sum().clamp_min(1)
+    w = weights[mask] if weights.dim() == 2 else weights
+    ppo_kl = (torch.where(mask, -batch.token_log_ratio(), 0.0)).sum() / n_tok
+    return {
+        "clip_frac": float((clipped & mask).sum() / n_tok),
+        "ppo_kl": float(ppo_kl),
+        "w_min": float(w.min()) if w.numel() else 1.0,
+        "w_max": float(w.max()) if w.numel() else 1.0,
+        "w_mean": float(w.mean()) if w.numel() else 1.0,
+        "neg_weight_frac": float((w < 0).double().mean()) if w.numel() else 0.0,
+    }

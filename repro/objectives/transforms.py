@@ -1,0 +1,111 @@
+"""DFPO's intra-group weight transforms w -> w~ (paper Eq. 17-18 and the ablation controls).
+
+All transforms act per group on the sequence weights w (GSPO ratios s_i) given the advantages A.
+DFPO applies them under stop-gradient; with `stop_gradient: false` they stay differentiable,
+which is why every operation here is a differentiable torch op (min through scatter_reduce,
+the projection through its exact active-set formula).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from repro.objectives.groups import Groups
+
+TRANSFORMS = ("identity", "min_replace", "orth_proj", "orth_proj_plain", "global_scale")
+
+ADV_NORM_TOL = 1e-12  # ||A_g|| below this: the group carries no signal, leave w unchanged
+BISECTION_STEPS = 64  # float64 bisection: the bracket shrinks by 2^-64, far below 1e-12
+
+
+def apply_transform(name: str, w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
+    """Transformed weights w~ [B] for the transform `name`."""
+    if name == "identity":
+        return w
+    if name == "min_replace":
+        return min_replace(w, groups)
+    if name == "orth_proj":
+        return orth_proj(w, adv, groups)
+    if name == "orth_proj_plain":
+        return orth_proj_plain(w, adv, groups)
+    if name == "global_scale":
+        return global_scale(w, groups)
+    raise ValueError(f"unknown transform {name!r}; known: {TRANSFORMS}")
+
+
+def min_replace(w: Tensor, groups: Groups) -> Tensor:
+    """Eq. 17: every member gets the group's smallest weight, so sum_i A_i w~_i = 0."""
+    return groups.broadcast(groups.min(w))
+
+
+def global_scale(w: Tensor, groups: Groups) -> Tensor:
+    """Control: shrink all weights by kappa = mean_g(min_g w) / mean(w), one scalar per batch.
+
+    Same average step shrinkage as min_replace, but the weights keep their spread, so
+    cancellation is not restored. Separates "a smaller step" from "restored symmetry".
+    """
+    kappa = groups.min(w).mean() / w.mean()
+    return kappa * w
+
+
+def _projection_coefficient(w: Tensor, a: Tensor, active: Tensor, groups: Groups) -> Tensor:
+    """lam_g = sum_{active} A w / sum_{active} A^2 per group (0 for groups with no signal)."""
+    num = groups.sum(torch.where(active, a * w, torch.zeros_like(w)))
+    den = groups.sum(torch.where(active, a * a, torch.zeros_like(a)))
+    return torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), torch.zeros_like(num))
+
+
+def _signal(adv: Tensor, groups: Groups) -> Tensor:
+    """[B] bool: the row's group has ||A|| >= ADV_NORM_TOL."""
+    a = adv.to(torch.float64)
+    return groups.broadcast(groups.sum(a * a).sqrt() >= ADV_NORM_TOL)
+
+
+def orth_proj_plain(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
+    """Eq. 18 without constraints: w - (A^T w / ||A||^2) A. May produce negative weights."""
+    w64, a = w.to(torch.float64), adv.to(torch.float64)
+    lam = _projection_coefficient(w64, a, torch.ones_like(a, dtype=torch.bool), groups)
+    out = torch.where(_signal(adv, groups), w64 - groups.broadcast(lam) * a, w64)
+    return out.to(w.dtype)
+
+
+def orth_proj(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
+    """Exact Euclidean projection of w onto {v : A^T v = 0, v >= 0}, per group.
+
+    KKT: v_i = max(0, w_i - lam A_i) with lam solving f(lam) = sum_i A_i max(0, w_i - lam A_i) = 0,
+    f non-increasing. If the unconstrained projection is already non-negative it is the answer.
+    Otherwise bisect lam in float64 for all groups at once on the bracket
+    [min_{A<0} w/A, max_{A>0} w/A] (f >= 0 at the left end, <= 0 at the right end, for w >= 0),
+    then recompute lam exactly from the active set {v_i > 0}; that closed form is also what
+    carries the gradient when the transform is used without stop-gradient.
+    """
+    signal = _signal(adv, groups)
+    w64, a = w.to(torch.float64), adv.to(torch.float64)
+    all_rows = torch.ones_like(a, dtype=torch.bool)
+    lam = groups.broadcast(_projection_coefficient(w64, a, all_rows, groups))
+    active = all_rows
+    if bool(((w64.detach() - lam.detach() * a < 0) & signal).any()):
+        active = _active_set(w64.detach(), a, groups)
+        lam = groups.broadcast(_projection_coefficient(w64, a, active, groups))
+    v = torch.where(active, w64 - lam * a, torch.zeros_like(w64)).clamp_min(0)
+    return torch.where(signal, v, w64).to(w.dtype)
+
+
+def _active_set(w: Tensor, a: Tensor, groups: Groups) -> Tensor:
+    """Rows with w_i - lam* A_i > 0 at the root lam* of f, found by vectorised bisection."""
+    if bool((w < 0).any()):
+        raise ValueError("orth_proj needs non-negative weights (sequence ratios are > 0)")
+    ratio = w / torch.where(a == 0, torch.ones_like(a), a)
+    inf = torch.full_like(ratio, float("inf"))
+    lo = groups.min(torch.where(a < 0, ratio, inf))
+    hi = groups.max(torch.where(a > 0, ratio, -inf))
+    finite = torch.isfinite(lo) & torch.isfinite(hi)  # groups with both signs of A
+    lo = torch.where(finite, lo, torch.zeros_like(lo))
+    hi = torch.where(finite, hi, torch.zeros_like(hi))
+    for _ in range(BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        f = groups.sum(a * (w - groups.broadcast(mid) * a).clamp_min(0))
+        lo = torch.where(f > 0, mid, lo)
+        hi = torch.where(f > 0, hi, mid)
+    return w - groups.broadcast(0.5 * (lo + hi)) * a > 0
