@@ -1,0 +1,77 @@
+"""The single entry point for loading a causal LM and its tokenizer.
+
+Tiny test models (saved by `repro.models.build_tiny`) and real checkpoints
+(local directories or Hugging Face Hub ids) go through the same
+``Auto*.from_pretrained`` calls, so code tested on the tiny model runs
+unchanged on a real one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+# "owner/name" with the characters the Hub allows; anything else must be a local path.
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+_TRUE = {"1", "ON", "YES", "TRUE"}
+
+
+def _offline() -> bool:
+    """Read offline mode at call time.
+
+    ``huggingface_hub`` reads ``HF_HUB_OFFLINE`` once at import, so setting it
+    later (e.g. in a test) would otherwise be ignored and trigger slow network retries.
+    """
+    return any(os.environ.get(v, "").upper() in _TRUE for v in _OFFLINE_VARS)
+
+
+def load(
+    path_or_hub_id: str | Path,
+    *,
+    dtype: torch.dtype | str = "auto",
+    device: str = "cpu",
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load ``(model, tokenizer)`` from a local directory or a Hub id, model in eval mode.
+
+    ``dtype="auto"`` keeps the dtype recorded in the checkpoint (float32 for
+    tiny models). The tokenizer is returned exactly as saved, including its
+    ``padding_side``; code that batches prompts for generation must set
+    left padding itself.
+
+    Raises:
+        FileNotFoundError: ``path_or_hub_id`` is neither an existing path nor an
+            ``owner/name`` Hub id.
+        RuntimeError: a Hub id could not be fetched (offline, not cached, or nonexistent).
+    """
+    source = str(path_or_hub_id)
+    is_local = Path(source).exists()
+    if not is_local and not _HUB_ID.match(source):
+        raise FileNotFoundError(f"Model path does not exist: {source!r}")
+    local_only = not is_local and _offline()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, local_files_only=local_only
+        )
+    except OSError as err:
+        if is_local:
+            raise
+        raise RuntimeError(
+            f"Could not load model {source!r} from the Hugging Face Hub or its local cache "
+            "(offline, not cached, or no such repo; no local directory of that name exists "
+            "either). "
+            f"Download it first (e.g. `hf download {source}`) or pass a local path."
+        ) from err
+    model.to(device)
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,163 @@
+"""Tiny randomly initialised Qwen3 models for fast, offline tests.
+
+The tiny model has the real ``Qwen3ForCausalLM`` architecture (GQA, q/k norm,
+RoPE), so anything that works on it exercises the same code as a real Qwen3
+checkpoint loaded through `repro.models.load`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+from repro.models.tokenizer import build_tokenizer
+
+_POSITIVE_INTS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "max_position_embeddings",
+)
+
+
+@dataclass
+class TinyModelConfig:
+    """Size and seed of a tiny Qwen3 model (defaults: ~81k parameters).
+
+    Every field carries TRL-style ``help`` metadata for argument parsers.
+    """
+
+    hidden_size: int = field(default=64, metadata={"help": "Width of the residual stream."})
+    num_hidden_layers: int = field(default=2, metadata={"help": "Number of decoder layers."})
+    num_attention_heads: int = field(default=4, metadata={"help": "Number of query heads."})
+    num_key_value_heads: int = field(
+        default=2, metadata={"help": "Key/value heads (GQA); must divide num_attention_heads."}
+    )
+    head_dim: int = field(
+        default=16, metadata={"help": "Per-head dimension; must be even for RoPE."}
+    )
+    intermediate_size: int = field(
+        default=128, metadata={"help": "Hidden width of the SwiGLU MLP."}
+    )
+    max_position_embeddings: int = field(
+        default=1024, metadata={"help": "Longest sequence (prompt + completion) accepted."}
+    )
+    rope_theta: float = field(
+        default=1_000_000.0, metadata={"help": "RoPE base frequency (Qwen3 uses 1e6)."}
+    )
+    tie_word_embeddings: bool = field(
+        default=True, metadata={"help": "Share the input-embedding and LM-head weights."}
+    )
+    seed: int = field(default=0, metadata={"help": "Torch seed for the random weight init."})
+
+    def __post_init__(self) -> None:
+        for name in _POSITIVE_INTS:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"TinyModelConfig.{name} must be an int, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"TinyModelConfig.{name} must be > 0, got {value}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"TinyModelConfig.num_key_value_heads ({self.num_key_value_heads}) must divide "
+                f"TinyModelConfig.num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.head_dim % 2:
+            raise ValueError(
+                f"TinyModelConfig.head_dim must be even (RoPE rotates pairs), got {self.head_dim}"
+            )
+        if not self.rope_theta > 0:
+            raise ValueError(f"TinyModelConfig.rope_theta must be > 0, got {self.rope_theta}")
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise TypeError(
+                "TinyModelConfig.tie_word_embeddings must be a bool, "
+                f"got {self.tie_word_embeddings!r}"
+            )
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise ValueError(f"TinyModelConfig.seed must be an int >= 0, got {self.seed!r}")
+
+
+def _qwen3_config(cfg: TinyModelConfig, tok: PreTrainedTokenizerFast) -> Qwen3Config:
+    """Translate cfg into a Qwen3Config whose vocab and special ids match tok."""
+    return Qwen3Config(
+        vocab_size=len(tok),
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim,
+        intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=cfg.max_position_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": float(cfg.rope_theta)},
+        tie_word_embeddings=cfg.tie_word_embeddings,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=None,
+        dtype="float32",  # recorded in config.json so dtype="auto" reloads as float32
+    )
+
+
+def build_tiny(
+    cfg: TinyModelConfig, out_dir: str | Path | None = None
+) -> tuple[Qwen3ForCausalLM, PreTrainedTokenizerFast]:
+    """Build a seeded random tiny Qwen3 model and its tokenizer (float32, eval mode).
+
+    The caller's global torch RNG state is left untouched. If ``out_dir`` is
+    given, model, tokenizer and generation config are saved there atomically,
+    replacing any previous contents.
+    """
+    tok = build_tokenizer(model_max_length=cfg.max_position_embeddings)
+    config = _qwen3_config(cfg, tok)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = Qwen3ForCausalLM(config).to(torch.float32)
+    model.generation_config = GenerationConfig(
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None
+    )
+    model.eval()
+    if out_dir is not None:
+
+        def save(d: Path) -> None:
+            model.save_pretrained(d)
+            tok.save_pretrained(d)
+
+        _atomic_save(Path(out_dir), save)
+    return model, tok
+
+
+def _atomic_save(out_dir: Path, save: Callable[[Path], None]) -> None:
+    """Run ``save`` into a sibling temp dir, then rename it onto ``out_dir``.
+
+    Readers never see a half-written ``out_dir``: on failure the temp dir is
+    removed and any previous ``out_dir`` is kept as it was.
+    """
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        save(tmp)
+        if out_dir.exists():
+            # os.replace cannot overwrite a non-empty dir: move the old one aside first.
+            old = tmp.with_name(tmp.name + "-old")
+            os.replace(out_dir, old)
+            try:
+                os.replace(tmp, out_dir)
+            except BaseException:
+                os.replace(old, out_dir)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+

@@ -1,0 +1,134 @@
+"""The five transforms: orth_proj is the exact KKT projection; all are order-invariant."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from repro.objectives import TRANSFORMS, Groups, apply_transform, group_advantages
+
+
+def brute_force_projection(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """argmin ||v - w|| s.t. a.v = 0, v >= 0 by enumerating active sets (small groups only)."""
+    best, best_d = None, float("inf")
+    n = len(w)
+    for k in range(0, n + 1):
+        for active in itertools.combinations(range(n), k):
+            idx = list(active)
+            v = torch.zeros_like(w)
+            if idx:
+                den = float((a[idx] ** 2).sum())
+                lam = float((a[idx] * w[idx]).sum()) / den if den > 0 else 0.0
+                v[idx] = w[idx] - lam * a[idx]
+            if float(v.min()) < -1e-12 or abs(float(a @ v)) > 1e-9:
+                continue
+            d = float(((v - w) ** 2).sum())
+            if d < best_d:
+                best, best_d = v, d
+    return best
+
+
+def one_group(w, r):
+    w = torch.tensor(w, dtype=torch.float64)
+    adv, _ = group_advantages(torch.tensor(r), torch.zeros(len(r), dtype=torch.long))
+    return w, adv.double(), Groups.from_ids(torch.zeros(len(r), dtype=torch.long))
+
+
+group_case = st.integers(2, 7).flatmap(
+    lambda n: st.tuples(
+        st.lists(st.floats(0.0, 3.0), min_size=n, max_size=n),
+        st.lists(st.sampled_from([0.0, 0.25, 1.0]), min_size=n, max_size=n).filter(
+            lambda r: len(set(r)) > 1
+        ),
+    )
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=group_case)
+def test_orth_proj_satisfies_kkt_and_matches_brute_force(case):
+    w, a, groups = one_group(*case)
+    v = apply_transform("orth_proj", w, a, groups)
+    assert float(v.min()) >= 0.0  # feasible: non-negative
+    assert abs(float(a @ v)) <= 1e-9 * max(1.0, float(w.abs().sum()))  # orthogonal to A
+    # KKT: v = max(0, w - lam A) for one scalar lam, with complementary slackness
+    active = v > 0
+    if bool(active.any()):
+        lam = float(((w - v) * a)[active].sum() / (a * a)[active].sum())
+        torch.testing.assert_close(v, (w - lam * a).clamp_min(0), atol=1e-9, rtol=0)
+        mu = v - (w - lam * a)  # multiplier of v >= 0: >= 0, and 0 where v > 0
+        assert float(mu.min()) >= -1e-9 and float((mu * v).abs().max()) <= 1e-9
+    torch.testing.assert_close(v, brute_force_projection(w, a), atol=1e-7, rtol=0)
+
+
+def test_orth_proj_needs_the_constraint_sometimes():
+    w, a, groups = one_group([3.0, 0.1, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0])
+    plain = apply_transform("orth_proj_plain", w, a, groups)
+    proj = apply_transform("orth_proj", w, a, groups)
+    assert float(plain.min()) < 0  # the unconstrained projection flips a weight's sign
+    assert float(proj.min()) >= 0 and abs(float(a @ proj)) < 1e-12
+    assert abs(float(a @ plain)) < 1e-12
+
+
+def test_min_replace_and_global_scale_values():
+    w = torch.tensor([1.2, 0.9, 1.1, 2.0, 0.5])
+    groups = Groups.from_ids(torch.tensor([4, 4, 4, 9, 9]))
+    adv = torch.tensor([1.0, -0.5, -0.5, 1.0, -1.0])
+    torch.testing.assert_close(
+        apply_transform("min_replace", w, adv, groups), torch.tensor([0.9, 0.9, 0.9, 0.5, 0.5])
+    )
+    kappa = ((0.9 + 0.5) / 2) / float(w.mean())
+    torch.testing.assert_close(apply_transform("global_scale", w, adv, groups), kappa * w)
+    assert torch.equal(apply_transform("identity", w, adv, groups), w)
+
+
+@pytest.mark.parametrize("name", ["min_replace", "orth_proj", "orth_proj_plain"])
+def test_on_policy_weights_are_unchanged(name):
+    """s == 1 (first minibatch after a rollout): the transform is the identity."""
+    w, a, groups = one_group([1.0] * 5, [1.0, 0.0, 0.0, 1.0, 0.0])
+    torch.testing.assert_close(apply_transform(name, w, a, groups), w)
+
+
+@pytest.mark.parametrize("name", ["orth_proj", "orth_proj_plain"])
+def test_projection_leaves_groups_without_signal_alone(name):
+    w, _, groups = one_group([0.3, 1.7, 0.9], [1.0, 0.0, 0.0])
+    a = torch.zeros(3, dtype=torch.float64)
+    assert torch.equal(apply_transform(name, w, a, groups), w)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.integers(2, 6), min_size=2, max_size=5),
+    data=st.data(),
+    name=st.sampled_from(TRANSFORMS),
+)
+def test_invariant_to_row_order_and_group_interleaving(sizes, data, name):
+    n = sum(sizes)
+    group = torch.cat([torch.full((s,), k) for k, s in enumerate(sizes)])
+    w = torch.tensor(data.draw(st.lists(st.floats(0.05, 3.0), min_size=n, max_size=n)), dtype=torch.float64)
+    r = torch.tensor(data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n)))
+    adv, _ = group_advantages(r, group)
+    adv = adv.double()
+    base = apply_transform(name, w, adv, Groups.from_ids(group))
+    perm = torch.tensor(data.draw(st.permutations(range(n))))
+    relabel = torch.tensor(data.draw(st.permutations(range(len(sizes))))) * 17 + 5
+    shuffled = apply_transform(name, w[perm], adv[perm], Groups.from_ids(relabel[group[perm]]))
+    torch.testing.assert_close(shuffled, base[perm], atol=1e-10, rtol=1e-10)
+
+
+@settings(max_examples=40, deadline=None)
+@given(sizes=st.lists(st.integers(2, 8), min_size=1, max_size=6), data=st.data())
+def test_cancelling_transforms_zero_the_weighted_advantage_sum(sizes, data):
+    n = sum(sizes)
+    group = torch.cat([torch.full((s,), k) for k, s in enumerate(sizes)])
+    w = torch.tensor(data.draw(st.lists(st.floats(0.05, 3.0), min_size=n, max_size=n)), dtype=torch.float64)
+    r = torch.tensor(data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n)))
+    adv, _ = group_advantages(r, group)
+    groups = Groups.from_ids(group)
+    for name in ("min_replace", "orth_proj", "orth_proj_plain"):
+        wt = apply_transform(name, w, adv.double(), groups)
+        assert float(groups.sum(wt * adv.double()).abs().max()) <= 1e-6
