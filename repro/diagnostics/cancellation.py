@@ -44,13 +44,16 @@ def residual_full(coef: Tensor, nodes: SharedNodes) -> float:
 
 
 def freq_energy(coef: Tensor, tokens: Tensor, mask: Tensor, vocab_size: int) -> float:
-    """Share of sum_v (net coefficient of type v)^2 on the top 1% (>= 5) most frequent types."""
+    """Share of sum_v (net coefficient of type v)^2 on the top 1% (>= 5) most frequent types.
+
+    Ties in count are broken by the lower token id, so F is deterministic.
+    """
     tok = tokens[mask].long()
     c = coef[mask].double()
     counts = torch.bincount(tok, minlength=vocab_size)
     net = torch.zeros(counts.numel(), dtype=torch.float64, device=c.device).index_add(0, tok, c)
     k = min(counts.numel(), max(5, math.ceil(0.01 * vocab_size)))
-    top = torch.topk(counts, k).indices
+    top = torch.sort(counts, descending=True, stable=True).indices[:k]
     energy = net * net
     total = energy.sum()
     return float(energy[top].sum() / total) if float(total) > 0 else 0.0
