@@ -36,12 +36,16 @@ def bench_objectives(
     group_size: Annotated[int, typer.Option(help="Responses per group.")] = 16,
     repeats: Annotated[int, typer.Option(help="Timed repetitions per case (median reported).")] = 5,
     device: Annotated[str, typer.Option(help="torch device.")] = "cpu",
+    threads: Annotated[
+        int | None, typer.Option(help="torch CPU threads for the run (1 is steadier on a busy box).")
+    ] = None,
 ) -> None:
     """Loss + backward time of every algorithm as a ratio to GSPO; transform scaling in groups."""
     from repro.bench.objectives import ObjectivesBenchConfig, run_objectives_bench
 
     run_objectives_bench(
         ObjectivesBenchConfig(
-            seqs=seqs, max_len=max_len, group_size=group_size, repeats=repeats, device=device
+            seqs=seqs, max_len=max_len, group_size=group_size, repeats=repeats, device=device,
+            threads=threads,
         )
     )

@@ -49,25 +49,26 @@ def global_scale(w: Tensor, groups: Groups) -> Tensor:
     return kappa * w
 
 
-def _projection_coefficient(w: Tensor, a: Tensor, active: Tensor, groups: Groups) -> Tensor:
-    """lam_g = sum_{active} A w / sum_{active} A^2 per group (0 for groups with no signal)."""
-    num = groups.sum(torch.where(active, a * w, torch.zeros_like(w)))
-    den = groups.sum(torch.where(active, a * a, torch.zeros_like(a)))
-    return torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), torch.zeros_like(num))
-
-
-def _signal(adv: Tensor, groups: Groups) -> Tensor:
-    """[B] bool: the row's group has ||A|| >= ADV_NORM_TOL."""
-    a = adv.to(torch.float64)
-    return groups.broadcast(groups.sum(a * a).sqrt() >= ADV_NORM_TOL)
+def _projection_coefficient(
+    w: Tensor, a: Tensor, groups: Groups, active: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """lam_g = sum_{active} A w / sum_{active} A^2 per group (0 where that is 0), and the
+    denominator. active=None means every row (one pass fewer on the common path)."""
+    aw, aa = a * w, a * a
+    if active is not None:
+        aw = torch.where(active, aw, torch.zeros_like(aw))
+        aa = torch.where(active, aa, torch.zeros_like(aa))
+    num, den = groups.sum(aw), groups.sum(aa)
+    lam = torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), torch.zeros_like(num))
+    return lam, den
 
 
 def orth_proj_plain(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
     """Eq. 18 without constraints: w - (A^T w / ||A||^2) A. May produce negative weights."""
     w64, a = w.to(torch.float64), adv.to(torch.float64)
-    lam = _projection_coefficient(w64, a, torch.ones_like(a, dtype=torch.bool), groups)
-    out = torch.where(_signal(adv, groups), w64 - groups.broadcast(lam) * a, w64)
-    return out.to(w.dtype)
+    lam, a2 = _projection_coefficient(w64, a, groups)
+    signal = groups.broadcast(a2.sqrt() >= ADV_NORM_TOL)  # ||A|| ~ 0: leave w unchanged
+    return torch.where(signal, w64 - groups.broadcast(lam) * a, w64).to(w.dtype)
 
 
 def orth_proj(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
@@ -80,16 +81,15 @@ def orth_proj(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
     then recompute lam exactly from the active set {v_i > 0}; that closed form is also what
     carries the gradient when the transform is used without stop-gradient.
     """
-    signal = _signal(adv, groups)
     w64, a = w.to(torch.float64), adv.to(torch.float64)
-    all_rows = torch.ones_like(a, dtype=torch.bool)
-    lam = groups.broadcast(_projection_coefficient(w64, a, all_rows, groups))
-    active = all_rows
-    if bool(((w64.detach() - lam.detach() * a < 0) & signal).any()):
+    lam, a2 = _projection_coefficient(w64, a, groups)
+    signal = groups.broadcast(a2.sqrt() >= ADV_NORM_TOL)
+    v = w64 - groups.broadcast(lam) * a
+    if bool(((v.detach() < 0) & signal).any()):
         active = _active_set(w64.detach(), a, groups)
-        lam = groups.broadcast(_projection_coefficient(w64, a, active, groups))
-    v = torch.where(active, w64 - lam * a, torch.zeros_like(w64)).clamp_min(0)
-    return torch.where(signal, v, w64).to(w.dtype)
+        lam, _ = _projection_coefficient(w64, a, groups, active)
+        v = torch.where(active, w64 - groups.broadcast(lam) * a, torch.zeros_like(w64))
+    return torch.where(signal, v.clamp_min(0), w64).to(w.dtype)
 
 
 def _active_set(w: Tensor, a: Tensor, groups: Groups) -> Tensor:
