@@ -65,13 +65,23 @@ def make_batch(groups: list[dict], seed: int) -> GroupBatch:
     )
 
 
-def response_logp(model: PreTrainedModel, batch: GroupBatch) -> torch.Tensor:
-    """log pi(y_t | prompt, y_<t) for every response position: [B, T] with grad."""
+def response_logp(
+    model: PreTrainedModel, batch: GroupBatch, params: dict[str, torch.Tensor] | None = None
+) -> torch.Tensor:
+    """log pi(y_t | prompt, y_<t) for every response position: [B, T] with grad.
+
+    params: optional replacement parameters (torch.func.functional_call), e.g. perturbed ones.
+    """
     ids = torch.cat([batch.prompts, batch.responses], dim=1)
     attn = torch.cat([torch.ones_like(batch.prompts, dtype=torch.bool), batch.mask], dim=1)
-    logits = model(input_ids=ids, attention_mask=attn.long()).logits
+    kwargs = {"input_ids": ids, "attention_mask": attn.long()}
+    if params is None:
+        logits = model(**kwargs).logits
+    else:
+        logits = torch.func.functional_call(model, params, (), kwargs).logits
     p = batch.prompts.shape[1]
-    logits = logits[:, p - 1 : -1].float()
+    logits = logits[:, p - 1 : -1]
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     return torch.log_softmax(logits, -1).gather(-1, batch.responses[..., None])[..., 0]
 
 

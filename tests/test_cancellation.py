@@ -140,6 +140,7 @@ def test_non_cancellation_on_a_fixed_batch():
 
     assert worst("gspo", eps_low=0.2, eps_high=0.2) > 0.05
     assert worst("dfpo", loss_agg_mode="seq-mean-token-mean") > 0.05
+    assert worst("grpo_fix", loss_agg_mode="seq-mean-token-mean") > 0.05  # original GRPO's 1/|y_i|
     assert worst("dfpo", transform="identity") > 1e-3  # plain s_i weights do not cancel
     assert worst("dfpo", transform="global_scale") > 1e-3  # shrinking is not symmetrising
     assert worst("dfpo", transform="min_replace") < 1e-6
