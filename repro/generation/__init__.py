@@ -1,0 +1,1 @@
+"""Generation engines behind one interface: HF transformers (CPU) and vLLM (GPU)."""

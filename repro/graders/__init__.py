@@ -1,0 +1,1 @@
+"""Graders: math (boxed answer + math-verify) and code (LiveCodeBench rules, in the sandbox)."""

@@ -1,0 +1,37 @@
+"""What a grader returns, and the verdict codes shared by the math and code graders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GRADER_VERSION = "1"  # bump when any grading rule changes; stored with every result
+
+PASS = "pass"
+WRONG_ANSWER = "wrong_answer"
+NO_ANSWER = "no_answer"  # math: no \boxed{}; code: no fenced block
+TIME_LIMIT = "time_limit"  # code: per-test or global timeout
+RUNTIME_ERROR = "runtime_error"
+COMPILE_ERROR = "compile_error"
+SANDBOX_ERROR = "sandbox_error"  # the sandbox itself failed; never the program's fault
+GRADER_TIMEOUT = "grader_timeout"  # math: math-verify did not finish in time
+VERDICTS = (
+    PASS, WRONG_ANSWER, NO_ANSWER, TIME_LIMIT, RUNTIME_ERROR, COMPILE_ERROR, SANDBOX_ERROR,
+    GRADER_TIMEOUT,
+)
+
+
+@dataclass(frozen=True)
+class Grade:
+    """The verdict on one completion. `correct` is exactly `verdict == "pass"`."""
+
+    verdict: str
+    reason: str = ""  # human-readable detail: the failing test, the exception, the timeout
+    extracted: str | None = None  # the boxed answer or the code block that was graded
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"Grade.verdict must be one of {VERDICTS}, got {self.verdict!r}")
+
+    @property
+    def correct(self) -> bool:
+        return self.verdict == PASS
