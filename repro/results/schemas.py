@@ -1,0 +1,64 @@
+"""Every result table's schema, defined once. Readers (pandas, polars, duckdb) take them as is.
+
+Provenance that is the same for a whole file (resolved config, git revision, package version)
+lives in the schema metadata; what can differ between rows that get concatenated later
+(model, benchmark, sampling, grader, sandbox) is a column, so aggregates keep it.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+
+def _f(name: str, kind: pa.DataType, nullable: bool = False) -> pa.Field:
+    return pa.field(name, kind, nullable=nullable)
+
+
+_RUN_KEYS = [
+    _f("model", pa.string()),  # model path or hub id as given
+    _f("checkpoint", pa.string()),  # a label: "final", "step=120", or the path's last part
+    _f("benchmark", pa.string()),
+    _f("revision_hash", pa.string()),  # hash of the loaded problem set (repro.benchmarks)
+    _f("k", pa.int64()),
+    _f("temperature", pa.float64()),
+    _f("top_p", pa.float64()),
+    _f("top_k", pa.int64()),
+    _f("min_p", pa.float64()),
+    _f("max_new_tokens", pa.int64()),
+    _f("seed", pa.int64()),
+    _f("engine", pa.string()),
+    _f("grader_version", pa.string()),
+    _f("sandbox_mode", pa.string()),  # "bwrap", "unsafe" or "none" (math)
+]
+
+EVAL_SAMPLES = pa.schema(
+    _RUN_KEYS
+    + [
+        _f("problem_id", pa.string()),
+        _f("problem_hash", pa.string()),
+        _f("sample_idx", pa.int64()),
+        _f("completion", pa.string()),
+        _f("n_tokens", pa.int64()),
+        _f("finish_reason", pa.string()),  # "stop" or "length"
+        _f("correct", pa.bool_()),
+        _f("verdict", pa.string()),
+        _f("reason", pa.string()),
+        _f("extracted", pa.string(), nullable=True),
+    ],
+    metadata={"schema_name": "eval_samples", "schema_version": "1"},
+)
+
+EVAL_PROBLEMS = pa.schema(
+    _RUN_KEYS
+    + [
+        _f("problem_id", pa.string()),
+        _f("problem_hash", pa.string()),
+        _f("n", pa.int64()),  # samples
+        _f("c", pa.int64()),  # correct samples
+        _f("avg", pa.float64()),  # c / n
+        _f("pass_at_k", pa.float64()),  # unbiased pass@k with k = n
+        _f("truncated_frac", pa.float64()),  # finish_reason == "length"
+        _f("no_answer_frac", pa.float64()),
+    ],
+    metadata={"schema_name": "eval_problems", "schema_version": "1"},
+)

@@ -1,0 +1,146 @@
+"""Generation engines: HF on the tiny Qwen3 (CPU), vLLM's conversion logic against a fake vllm."""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from repro.generation.base import SamplingConfig
+from repro.generation.factory import resolve_engine
+from repro.generation.hf import HFEngine
+from repro.models import TinyModelConfig, build_tiny
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_tiny(TinyModelConfig(seed=3))
+
+
+def prompts_for(tok, n):
+    return [
+        tok.apply_chat_template([{"role": "user", "content": "x" * (i + 1) + "?"}], tokenize=False,
+                                add_generation_prompt=True)
+        for i in range(n)
+    ]
+
+
+def test_hf_engine_shapes_determinism_and_finish_reasons(tiny):
+    model, tok = tiny
+    engine = HFEngine(model, tok, batch_size=2)
+    sampling = SamplingConfig(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=12, n=3, seed=5)
+    out = engine.generate(prompts_for(tok, 5), sampling)
+    assert [len(c) for c in out] == [3] * 5
+    again = engine.generate(prompts_for(tok, 5), sampling)
+    assert [[c.token_ids for c in row] for row in out] == [[c.token_ids for c in row] for row in again]
+    other = engine.generate(prompts_for(tok, 5), SamplingConfig(**{**sampling.as_record(), "seed": 6}))
+    assert [[c.token_ids for c in r] for r in other] != [[c.token_ids for c in r] for r in out]
+    for row in out:
+        for c in row:
+            assert 1 <= c.n_tokens <= 12
+            ends_with_eos = c.token_ids[-1] == tok.eos_token_id
+            assert c.finish_reason == ("stop" if ends_with_eos else "length")
+            assert tok.pad_token_id not in c.token_ids or c.finish_reason == "length"
+
+
+def test_hf_engine_logprobs_equal_a_teacher_forced_forward(tiny):
+    """Behaviour log-probs from the engine (left-padded batch) match an unpadded forward pass."""
+    model, tok = tiny
+    engine = HFEngine(model, tok, batch_size=3)
+    prompts = prompts_for(tok, 3)
+    out = engine.generate(prompts, SamplingConfig(temperature=1.0, top_k=0, top_p=1.0,
+                                                  max_new_tokens=10, n=2), return_logprobs=True)
+    for prompt, row in zip(prompts, out):
+        p_ids = tok(prompt, add_special_tokens=False, return_tensors="pt").input_ids[0]
+        for c in row:
+            ids = torch.cat([p_ids, torch.tensor(c.token_ids)])[None]
+            with torch.no_grad():
+                logits = model(ids).logits[0, len(p_ids) - 1 : -1]
+            ref = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
+            torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_hf_engine_greedy_follows_the_argmax(tiny):
+    model, tok = tiny
+    engine = HFEngine(model, tok)
+    prompt = prompts_for(tok, 1)
+    (c,), = engine.generate(prompt, SamplingConfig(temperature=0.0, max_new_tokens=6))
+    ids = tok(prompt[0], add_special_tokens=False, return_tensors="pt").input_ids
+    for t in c.token_ids:
+        with torch.no_grad():
+            nxt = int(model(ids).logits[0, -1].argmax())
+        assert nxt == t
+        ids = torch.cat([ids, torch.tensor([[t]])], dim=1)
+
+
+def test_sampling_config_errors_name_the_field():
+    with pytest.raises(ValueError, match="SamplingConfig.top_p"):
+        SamplingConfig(top_p=0.0)
+    with pytest.raises(ValueError, match="SamplingConfig.n "):
+        SamplingConfig(n=0)
+
+
+def test_auto_engine_is_hf_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_engine("auto") == "hf"
+    with pytest.raises(ValueError, match="engine must be one of"):
+        resolve_engine("tgi")
+
+
+# ---- vLLM: the engine's own logic, against a stand-in module (vllm needs a GPU) -----------------
+
+
+@dataclass
+class FakeLogprob:
+    logprob: float
+
+
+@dataclass
+class FakeOutput:
+    text: str
+    token_ids: list
+    finish_reason: str
+    logprobs: list | None
+
+
+class FakeLLM:
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+    def generate(self, prompts, params):
+        self.params = params
+        return [
+            types.SimpleNamespace(outputs=[
+                FakeOutput(f"{p}-{j}", [1, 2], "length" if j else "stop",
+                           [{1: FakeLogprob(-0.5)}, {2: FakeLogprob(-1.5)}])
+                for j in range(sp["n"])
+            ])
+            for p, sp in zip(prompts, params)
+        ]
+
+
+def test_vllm_engine_maps_sampling_and_outputs(monkeypatch):
+    fake = types.SimpleNamespace(LLM=FakeLLM, SamplingParams=lambda **kw: kw)
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    from repro.generation.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine("some/model", seed=3)
+    sampling = SamplingConfig(top_k=0, n=2, seed=10, max_new_tokens=7)
+    out = engine.generate(["a", "b"], sampling, return_logprobs=True)
+    params = engine.llm.params
+    assert [p["seed"] for p in params] == [10, 11]  # distinct seeds per request
+    assert params[0]["top_k"] == -1 and params[0]["max_tokens"] == 7 and params[0]["logprobs"] == 0
+    assert [c.text for c in out[1]] == ["b-0", "b-1"]
+    assert [c.finish_reason for c in out[0]] == ["stop", "length"]
+    assert out[0][0].logprobs == (-0.5, -1.5)
+
+
+def test_vllm_engine_missing_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
+    from repro.generation.vllm_engine import VLLMEngine
+
+    with pytest.raises(RuntimeError, match=r"pip install 'dfpo-repro\[gpu\]'"):
+        VLLMEngine("some/model")

@@ -1,0 +1,50 @@
+"""Result tables: schema round trip, nulls refused, atomic writes, provenance metadata."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from repro.results import EVAL_PROBLEMS, read_table, write_table
+
+
+def row(**changes):
+    base = {
+        "model": "m", "checkpoint": "final", "benchmark": "synth-aime", "revision_hash": "abc",
+        "k": 4, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0,
+        "max_new_tokens": 64, "seed": 0, "engine": "hf", "grader_version": "1",
+        "sandbox_mode": "none", "problem_id": "1", "problem_hash": "h", "n": 4, "c": 1,
+        "avg": 0.25, "pass_at_k": 1.0, "truncated_frac": 0.0, "no_answer_frac": 0.0,
+    }
+    return base | changes
+
+
+def test_round_trip_with_metadata(tmp_path):
+    path = tmp_path / "p.parquet"
+    write_table([row(), row(problem_id="2")], EVAL_PROBLEMS, path, config={"k": 4})
+    table = read_table(path, EVAL_PROBLEMS)
+    assert table.num_rows == 2
+    meta = pq.read_schema(path).metadata
+    assert json.loads(meta[b"config"]) == {"k": 4}
+    assert meta[b"schema_name"] == b"eval_problems" and b"git_revision" in meta
+    assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
+
+
+def test_nulls_and_missing_columns_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="'model' is not nullable"):
+        write_table([row(model=None)], EVAL_PROBLEMS, tmp_path / "x.parquet")
+    bad = row()
+    del bad["avg"]
+    with pytest.raises(ValueError, match=r"lack column\(s\) \['avg'\]"):
+        write_table([bad], EVAL_PROBLEMS, tmp_path / "x.parquet")
+    assert not any(tmp_path.iterdir())
+
+
+def test_read_refuses_another_schema(tmp_path):
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"model": ["m"]}), tmp_path / "other.parquet")
+    with pytest.raises(ValueError, match="schema differs"):
+        read_table(tmp_path / "other.parquet", EVAL_PROBLEMS)
