@@ -1,0 +1,48 @@
+"""Deterministic synthetic stand-ins for AIME25, HMMT Feb 2025 and LiveCodeBench.
+
+Each task writes rows in its real twin's hub schema (so the same loader turns them into
+`Problem`s and the same graders score them), SFT demonstrations that use two equally correct
+surface forms in equal proportion, and a fixed probe set for `logodds_drift` / `kl_template`.
+Train and eval problems are disjoint; everything is a pure function of (split, n, seed).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from repro.tasks import synth_aime, synth_hmmt, synth_lcb
+from repro.tasks.base import Probe
+
+SYNTHETIC: dict[str, ModuleType] = {m.NAME: m for m in (synth_aime, synth_hmmt, synth_lcb)}
+
+__all__ = [
+    "SYNTHETIC", "Probe", "synthetic_demonstrations", "synthetic_probes", "synthetic_rows",
+    "synthetic_size",
+]
+
+
+def _task(name: str) -> ModuleType:
+    if name not in SYNTHETIC:
+        raise ValueError(f"unknown synthetic task {name!r}; known: {sorted(SYNTHETIC)}")
+    return SYNTHETIC[name]
+
+
+def synthetic_rows(name: str, split: str, n: int, seed: int) -> list[dict[str, Any]]:
+    """`n` hub-schema rows of task `name` (e.g. "synth-lcb") from `split` ("train" / "eval")."""
+    return _task(name).rows(split, n, seed)
+
+
+def synthetic_demonstrations(name: str, split: str, n: int, seed: int) -> list[dict[str, Any]]:
+    """SFT chats for exactly the problems of `synthetic_rows(name, split, n, seed)`."""
+    return _task(name).demonstrations(split, n, seed)
+
+
+def synthetic_probes(name: str, n: int = 16, seed: int = 1234, split: str = "train") -> list[Probe]:
+    """The fixed probe set of task `name`."""
+    return _task(name).probes(n, seed, split)
+
+
+def synthetic_size(name: str, split: str) -> int:
+    """How many problems `split` of task `name` holds (the largest valid `n`)."""
+    return _task(name).size(split)

@@ -1,0 +1,160 @@
+"""Statistics: pass@k against subset enumeration, avg@k by hand, bootstrap and paired tests."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from repro.evaluation.stats import avg_at_k, bootstrap_ci, paired_bootstrap, pass_at_k
+
+
+def enumerated_pass_at_k(n: int, c: int, k: int) -> float:
+    """P(a uniformly drawn k-subset of n samples, c of them correct, holds a correct one)."""
+    subsets = list(itertools.combinations(range(n), k))
+    return sum(any(i < c for i in s) for s in subsets) / len(subsets)
+
+
+# ---- pass@k, avg@k ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("n", "c", "k", "expected"), [
+    (5, 0, 1, 0.0),
+    (5, 2, 1, 2 / 5),
+    (4, 1, 2, 1 / 2),  # 3 of the 6 pairs contain the one correct sample
+    (5, 2, 2, 7 / 10),  # 1 - C(3,2)/C(5,2) = 1 - 3/10
+    (5, 3, 3, 1.0),  # only 2 wrong samples: every triple has a correct one
+    (10, 10, 10, 1.0),
+])
+def test_pass_at_k_by_hand(n: int, c: int, k: int, expected: float) -> None:
+    assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+@given(st.integers(1, 8).flatmap(
+    lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))
+))
+def test_pass_at_k_equals_subset_enumeration(nck: tuple[int, int, int]) -> None:
+    n, c, k = nck
+    assert pass_at_k(n, c, k) == pytest.approx(enumerated_pass_at_k(n, c, k), abs=1e-12)
+
+
+def test_pass_at_k_large_n_is_stable() -> None:
+    exact = 1 - math.comb(900, 50) / math.comb(1000, 50)
+    assert pass_at_k(1000, 100, 50) == pytest.approx(exact, rel=1e-12)
+
+
+@pytest.mark.parametrize(("args", "name"), [((3, 1, 5), "n"), ((5, 1, 0), "k"), ((5, 6, 2), "c")])
+def test_pass_at_k_rejects_bad_arguments(args: tuple[int, int, int], name: str) -> None:
+    with pytest.raises(ValueError, match=rf"\b{name} must"):
+        pass_at_k(*args)
+
+
+def test_avg_at_k_by_hand() -> None:
+    assert avg_at_k([(1, 4), (3, 4), (0, 2)]) == pytest.approx((0.25 + 0.75 + 0.0) / 3)
+    assert avg_at_k([[1, 0, 0, 0], [True, True, True, False], np.zeros(2)]) == pytest.approx(
+        1 / 3
+    )
+    assert avg_at_k(np.array([[1, 1], [0, 1]])) == pytest.approx(0.75)  # rows are problems
+    with pytest.raises(ValueError, match="problem 1"):
+        avg_at_k([(1, 2), (3, 2)])
+    with pytest.raises(ValueError):
+        avg_at_k([])
+
+
+# ---- bootstrap over problems (and seeds, and samples) ----------------------------------------
+
+SCORES = np.random.default_rng(7).random(30)
+
+
+def test_bootstrap_of_a_constant_is_degenerate() -> None:
+    assert bootstrap_ci([0.4] * 30) == pytest.approx((0.4, 0.4, 0.4))
+
+
+def test_bootstrap_brackets_the_mean_at_the_normal_width() -> None:
+    mean, lo, hi = bootstrap_ci(SCORES)
+    assert mean == pytest.approx(SCORES.mean())
+    assert lo < mean < hi
+    normal_width = 2 * 1.96 * SCORES.std() / math.sqrt(len(SCORES))
+    assert hi - lo == pytest.approx(normal_width, rel=0.15)
+
+
+def test_bootstrap_narrows_with_more_problems() -> None:
+    _, lo, hi = bootstrap_ci(SCORES)
+    _, lo10, hi10 = bootstrap_ci(np.tile(SCORES, 10))
+    assert (hi10 - lo10) < 0.5 * (hi - lo)  # ~ 1/sqrt(10)
+
+
+def test_bootstrap_is_deterministic_under_seed() -> None:
+    assert bootstrap_ci(SCORES, seed=3) == bootstrap_ci(SCORES, seed=3)
+    assert bootstrap_ci(SCORES, seed=3) != bootstrap_ci(SCORES, seed=4)
+
+
+def test_bootstrap_over_seeds_and_problems() -> None:
+    identical_runs = np.tile(SCORES, (4, 1))  # [seeds, problems], every run the same
+    assert bootstrap_ci(identical_runs) == pytest.approx(bootstrap_ci(SCORES))
+    run_offsets = np.array([[0.1], [0.3], [0.5], [0.7]]) * np.ones((4, 30))
+    mean, lo, hi = bootstrap_ci(run_offsets)  # problems identical, runs differ
+    assert mean == pytest.approx(0.4)
+    assert lo < 0.3 and hi > 0.5  # only seed resampling can produce this spread
+
+
+def test_two_level_bootstrap_resamples_samples_within_problems() -> None:
+    half = np.tile([1, 0], (30, 16))  # every problem solved 16 of 32 times
+    assert bootstrap_ci(half.mean(axis=1)) == pytest.approx((0.5, 0.5, 0.5))
+    mean, lo, hi = bootstrap_ci(samples=half)
+    assert mean == 0.5
+    assert hi - lo == pytest.approx(2 * 1.96 * math.sqrt(0.25 / half.size), rel=0.15)
+    with pytest.raises(ValueError, match="exactly one"):
+        bootstrap_ci(SCORES, samples=half)
+    with pytest.raises(ValueError, match="0/1"):
+        bootstrap_ci(samples=half * 0.5)
+
+
+# ---- paired bootstrap --------------------------------------------------------------------------
+
+def correctness(rate: float, seed: int) -> np.ndarray:
+    """A [30 problems, 8 samples] 0/1 matrix; each test draws its own, order does not matter."""
+    return (np.random.default_rng(seed).random((30, 8)) < rate).astype(int)
+
+
+B_RESULTS = correctness(0.3, seed=11)
+
+
+def test_paired_identical_inputs() -> None:
+    result = paired_bootstrap(B_RESULTS, B_RESULTS)
+    assert result == {"diff": 0.0, "lo": 0.0, "hi": 0.0, "p_value": 1.0}
+
+
+def test_paired_large_consistent_improvement() -> None:
+    better = np.maximum(B_RESULTS, correctness(0.8, seed=12))
+    result = paired_bootstrap(better, B_RESULTS, n_boot=2_000)
+    assert result["diff"] == pytest.approx(better.mean() - B_RESULTS.mean())
+    assert 0 < result["lo"] < result["diff"] < result["hi"]
+    assert result["p_value"] < 0.01
+    assert result["p_value"] >= 1 / 2_001  # floor
+
+
+def test_paired_p_value_matches_the_normal_approximation() -> None:
+    a = correctness(0.36, seed=13)  # a small, noisy edge over B_RESULTS
+    result = paired_bootstrap(a, B_RESULTS)
+    per_problem = (a - B_RESULTS).mean(axis=1)
+    z = per_problem.mean() / (per_problem.std() / math.sqrt(30))
+    normal_p = math.erfc(abs(z) / math.sqrt(2))
+    assert 0.05 < normal_p < 0.95  # a case where the test must not call it significant
+    assert result["p_value"] == pytest.approx(normal_p, abs=0.05)
+
+
+def test_paired_swap_negates() -> None:
+    a = correctness(0.45, seed=14)
+    forward, backward = paired_bootstrap(a, B_RESULTS), paired_bootstrap(B_RESULTS, a)
+    assert backward["diff"] == pytest.approx(-forward["diff"])
+    assert (backward["lo"], backward["hi"]) == pytest.approx((-forward["hi"], -forward["lo"]))
+    assert backward["p_value"] == forward["p_value"]
+
+
+def test_paired_rejects_misaligned_inputs() -> None:
+    with pytest.raises(ValueError, match="aligned"):
+        paired_bootstrap(B_RESULTS, B_RESULTS[:, :4])
