@@ -29,6 +29,44 @@ def theory(
     run_theory(TheoryConfig(steps=steps, seed=seed), out)
 
 
+@app.command("eval")
+def eval_(
+    model: Annotated[str, typer.Option(help="Local model folder or hub id (Qwen/Qwen3-32B).")],
+    benchmark: Annotated[str, typer.Option(help="aime25, hmmt25, livecodebench, synth-aime, ...")],
+    out: Annotated[Path, typer.Option(help="Output folder (samples.parquet, problems.parquet).")],
+    k: Annotated[int | None, typer.Option(help="Samples per problem (default: the benchmark's).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N problems.")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Offline mirror of the datasets.")] = None,
+    checkpoint: Annotated[str, typer.Option(help="Label stored with the results.")] = "final",
+    engine: Annotated[str, typer.Option(help="auto (vLLM on a GPU, else HF), hf or vllm.")] = "auto",
+    batch_size: Annotated[int, typer.Option(help="Prompts per generate call.")] = 8,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    temperature: Annotated[float | None, typer.Option(help="Override the benchmark's temperature.")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Override the generation budget.")] = None,
+    workers: Annotated[int, typer.Option(help="Parallel grading workers.")] = 2,
+    unsafe_no_sandbox: Annotated[
+        bool, typer.Option("--unsafe-no-sandbox", help="Run generated code WITHOUT bubblewrap (recorded).")
+    ] = False,
+) -> None:
+    """Evaluate a model on a benchmark: k samples per problem, graded, written as Parquet."""
+    from repro.benchmarks import DatasetUnavailable
+    from repro.evaluation.runner import EvalConfig, run_eval
+    from repro.sandbox import SandboxUnavailable
+
+    overrides = {"temperature": temperature, "max_new_tokens": max_new_tokens}
+    cfg = EvalConfig(
+        model=model, benchmark=benchmark, out=out, k=k, limit=limit, data_dir=data_dir,
+        checkpoint=checkpoint, engine=engine, batch_size=batch_size, seed=seed,
+        sampling={key: v for key, v in overrides.items() if v is not None}, workers=workers,
+        unsafe_no_sandbox=unsafe_no_sandbox,
+    )
+    try:
+        run_eval(cfg)
+    except (DatasetUnavailable, SandboxUnavailable, ValueError) as err:
+        typer.echo(f"repro eval: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
 @bench_app.command("objectives")
 def bench_objectives(
     seqs: Annotated[int, typer.Option(help="Sequences per minibatch.")] = 1024,
@@ -49,3 +87,20 @@ def bench_objectives(
             threads=threads,
         )
     )
+
+
+@bench_app.command("sandbox")
+def bench_sandbox(
+    generations: Annotated[int, typer.Option(help="Generations per round and program kind.")] = 32,
+    tests_per_generation: Annotated[int, typer.Option(help="Test cases per generation.")] = 20,
+    workers: Annotated[int, typer.Option(help="Parallel sandboxes.")] = 2,
+    rounds: Annotated[int, typer.Option(help="Timed rounds (median reported).")] = 3,
+) -> None:
+    """Test cases per second through bubblewrap vs the same harness unsandboxed, as a ratio."""
+    from repro.bench.sandbox import SandboxBenchConfig, run_sandbox_bench
+
+    run_sandbox_bench(SandboxBenchConfig(
+        workers=workers, generations=generations, tests_per_generation=tests_per_generation,
+        rounds=rounds,
+    ))
+
