@@ -29,6 +29,36 @@ def theory(
     run_theory(TheoryConfig(steps=steps, seed=seed), out)
 
 
+def _train_epilog() -> str:
+    from repro.training.config import fields_help
+
+    return fields_help()
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    epilog=_train_epilog(),
+)
+def train(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option(help="Run folder: train_log.parquet, final/, checkpoints/.")],
+    config: Annotated[Path | None, typer.Option(help="YAML file of TrainConfig fields.")] = None,
+    label: Annotated[str | None, typer.Option(help="Run label in the log (default: algorithm).")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue from the newest checkpoint in --out.")] = False,
+) -> None:
+    """RL-train a policy. Extra arguments are KEY=VALUE overrides of the config, e.g.
+    `algorithm=dfpo objective.transform=orth_proj steps=40` (fields: see TrainConfig)."""
+    from repro.training.config import load_train_config
+    from repro.training.loop import train as run_train
+
+    try:
+        cfg = load_train_config(config, list(ctx.args))
+    except ValueError as err:
+        typer.echo(f"repro train: {err}", err=True)
+        raise typer.Exit(2) from None
+    run_train(cfg, out, label=label, resume=resume)
+
+
 @app.command("eval")
 def eval_(
     model: Annotated[str, typer.Option(help="Local model folder or hub id (Qwen/Qwen3-32B).")],
@@ -102,5 +132,21 @@ def bench_sandbox(
     run_sandbox_bench(SandboxBenchConfig(
         workers=workers, generations=generations, tests_per_generation=tests_per_generation,
         rounds=rounds,
+    ))
+
+
+@bench_app.command("logprobs")
+def bench_logprobs(
+    tokens: Annotated[int, typer.Option(help="Response tokens (rows).")] = 8192,
+    vocab: Annotated[int, typer.Option(help="Vocabulary size (Qwen3: 151,936).")] = 151936,
+    hidden: Annotated[int, typer.Option(help="Hidden size.")] = 1024,
+    chunk_size: Annotated[int, typer.Option(help="Rows per lm_head chunk.")] = 1024,
+    repeats: Annotated[int, typer.Option(help="Rounds per path (median reported).")] = 1,
+) -> None:
+    """Peak memory and time of chunked vs naive log-probs + entropy (forward + backward)."""
+    from repro.bench.logprobs import LogprobsBenchConfig, run_logprobs_bench
+
+    run_logprobs_bench(LogprobsBenchConfig(
+        tokens=tokens, vocab=vocab, hidden=hidden, chunk_size=chunk_size, repeats=repeats
     ))
 

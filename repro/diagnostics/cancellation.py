@@ -20,6 +20,7 @@ def asym(coef: Tensor, advantages: Tensor, nodes: SharedNodes) -> float:
 
     Dispersion = population std / mean |kappa| (a coefficient of variation that stays finite
     when kappas of opposite sign meet); all-zero kappas count as 0. Exchangeable objectives give 0.
+    NaN when no node qualifies: "no evidence" is not "no asymmetry".
     """
     c = coef[nodes.rows, nodes.cols].double()
     a = advantages[nodes.rows].double()
@@ -32,11 +33,16 @@ def asym(coef: Tensor, advantages: Tensor, nodes: SharedNodes) -> float:
     scale = nodes.node_sum(kappa.abs()) / n.clamp_min(1)
     cv = torch.where(scale > 0, std / scale.clamp_min(1e-300), 0.0)
     keep = n >= 2
-    return float(cv[keep].mean()) if bool(keep.any()) else 0.0
+    return float(cv[keep].mean()) if bool(keep.any()) else math.nan
 
 
 def residual_full(coef: Tensor, nodes: SharedNodes) -> float:
-    """sum |sum_i c| / sum sum_i |c| over nodes shared by every member of their group (0 = cancel)."""
+    """sum |sum_i c| / sum sum_i |c| over nodes shared by every member of their group (0 = cancel).
+
+    NaN when no node is shared by a whole group; 0 when all their coefficients are 0.
+    """
+    if not bool(nodes.full.any()):
+        return math.nan
     c = coef[nodes.rows, nodes.cols].double()
     net = nodes.node_sum(c).abs()[nodes.full].sum()
     total = nodes.node_sum(c.abs())[nodes.full].sum()

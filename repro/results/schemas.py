@@ -62,3 +62,27 @@ EVAL_PROBLEMS = pa.schema(
     ],
     metadata={"schema_name": "eval_problems", "schema_version": "1"},
 )
+
+# One row per RL step (rollout batch). Metrics of the K updates are averaged over them;
+# timing columns are the only ones a resumed run may change.
+TRAIN_LOG_METRICS = (
+    "reward_mean", "reward_std", "accuracy", "response_len", "truncated_frac", "entropy",
+    "loss", "clip_frac", "ppo_kl", "w_min", "w_max", "w_mean", "neg_weight_frac",
+    "zero_adv_frac", "asym", "residual_full", "freq_energy", "logodds", "logodds_drift",
+    "kl_template", "grad_norm", "lr",
+)
+TRAIN_LOG_TIMING = ("time_rollout", "time_update")
+TRAIN_LOG = pa.schema(
+    [
+        _f("algorithm", pa.string()),  # the run's label, e.g. dfpo_min
+        _f("objective", pa.string()),  # registry name of the loss, e.g. dfpo
+        _f("seed", pa.int64()),
+        _f("step", pa.int64()),  # 1-based rollout batch index
+        _f("gen_tokens", pa.int64()),
+        _f("gen_tokens_cum", pa.int64()),
+        _f("trained_tokens_cum", pa.int64()),
+        _f("flops_cum", pa.float64()),  # 2 N per generated token + 6 N per trained token
+    ]
+    + [_f(name, pa.float64()) for name in TRAIN_LOG_METRICS + TRAIN_LOG_TIMING],
+    metadata={"schema_name": "train_log", "schema_version": "1"},
+)

@@ -1,0 +1,1 @@
+"""The bundled trainer: SFT warm start, RL loop, checkpoints, logging."""

@@ -1,0 +1,138 @@
+"""`repro train` configuration: one dataclass with help on every field, loaded from YAML plus
+`key=value` overrides (dotted keys reach into `objective`), validated with field-naming errors.
+
+Compute matching: every algorithm of an experiment gets the same file with only `algorithm` and
+`objective` changed, so P, G, K, steps, max tokens, sampling and the prompt stream are equal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from repro.objectives import make_config
+from repro.objectives.advantages import SCALES
+
+
+@dataclass
+class TrainConfig:
+    model: str = field(default="", metadata={"help": "SFT checkpoint folder or hub id to start from."})
+    algorithm: str = field(default="dfpo", metadata={"help": "Objective: grpo, grpo_fix, gspo, dfpo."})
+    objective: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "Overrides of the algorithm's config, e.g. {transform: orth_proj}."},
+    )
+    tasks: dict[str, float] = field(
+        default_factory=lambda: {"synth-aime": 1.0},
+        metadata={"help": "Training tasks and their mixing weights (synth-aime, synth-hmmt, synth-lcb)."},
+    )
+    seed: int = field(default=0, metadata={"help": "Run seed: prompt stream, sampling, minibatch order."})
+    prompts_per_step: int = field(default=8, metadata={"help": "P: prompts (groups) per rollout batch."})
+    group_size: int = field(default=8, metadata={"help": "G: responses per prompt."})
+    minibatches: int = field(
+        default=4,
+        metadata={"help": "K: optimizer updates per rollout batch, each on P/K whole groups. K > 1 "
+                  "makes later updates off-policy (s != 1), where DFPO's transforms act."},
+    )
+    max_new_tokens: int = field(default=64, metadata={"help": "Response budget per sample."})
+    temperature: float = field(default=1.0, metadata={"help": "Rollout sampling temperature."})
+    top_p: float = field(default=1.0, metadata={"help": "Rollout nucleus mass."})
+    top_k: int = field(default=0, metadata={"help": "Rollout top-k (0 = off)."})
+    behaviour_logprobs: str = field(
+        default="trainer",
+        metadata={"help": "'trainer': recompute logp_old after the rollout; 'engine': take the "
+                  "sampler's log-probs (train/inference mismatch makes s != 1 from update 1)."},
+    )
+    advantage_scale: str = field(default="group", metadata={"help": f"Advantage scaling, {SCALES}."})
+    lr: float = field(default=2e-4, metadata={"help": "AdamW learning rate (constant)."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    grad_clip: float = field(default=1.0, metadata={"help": "Max global grad norm (0 = off)."})
+    kl_coef: float = field(default=0.0, metadata={"help": "k3 KL to the initial policy (0 = off, no reference model)."})
+    steps: int = field(default=40, metadata={"help": "Rollout batches (steps) to train."})
+    token_budget: int | None = field(
+        default=None, metadata={"help": "Stop once this many tokens were generated (compute-matched)."}
+    )
+    checkpoint_every: int = field(default=10, metadata={"help": "Checkpoint every N steps (0 = off)."})
+    checkpoint_fractions: list[float] = field(
+        default_factory=lambda: [0.5, 1.0],
+        metadata={"help": "Also checkpoint when this share of the budget (steps or tokens) is used."},
+    )
+    probe_n: int = field(default=16, metadata={"help": "Probe prompts for logodds_drift / kl_template."})
+    logprob_chunk: int = field(default=1024, metadata={"help": "Rows per lm_head chunk in log-prob passes."})
+
+    def __post_init__(self) -> None:
+        def need(ok: bool, name: str, rule: str) -> None:
+            if not ok:
+                raise ValueError(f"TrainConfig.{name} {rule}, got {getattr(self, name)!r}")
+
+        need(bool(self.model), "model", "must name an SFT checkpoint or model")
+        try:
+            make_config(self.algorithm, **self.objective)
+        except ValueError as err:
+            raise ValueError(f"TrainConfig.algorithm/objective: {err}") from None
+        from repro.tasks import SYNTHETIC
+
+        need(bool(self.tasks) and set(self.tasks) <= set(SYNTHETIC) and min(self.tasks.values()) > 0,
+             "tasks", f"must map names in {sorted(SYNTHETIC)} to positive weights")
+        for name in ("prompts_per_step", "max_new_tokens", "steps", "probe_n", "logprob_chunk"):
+            need(getattr(self, name) >= 1, name, "must be >= 1")
+        need(self.group_size >= 2, "group_size", "must be >= 2 (a group needs a baseline)")
+        need(self.minibatches >= 1 and self.prompts_per_step % self.minibatches == 0, "minibatches",
+             f"must be >= 1 and divide prompts_per_step={self.prompts_per_step}")
+        need(self.behaviour_logprobs in ("trainer", "engine"), "behaviour_logprobs",
+             "must be 'trainer' or 'engine'")
+        need(self.advantage_scale in SCALES, "advantage_scale", f"must be one of {SCALES}")
+        need(self.temperature > 0, "temperature", "must be > 0 (RL samples)")
+        need(0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
+        need(self.lr > 0, "lr", "must be > 0")
+        need(self.kl_coef >= 0 and self.grad_clip >= 0 and self.weight_decay >= 0, "kl_coef",
+             "kl_coef, grad_clip and weight_decay must be >= 0")
+        need(self.token_budget is None or self.token_budget > 0, "token_budget", "must be > 0 or None")
+        need(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0")
+        need(all(0 < f <= 1 for f in self.checkpoint_fractions), "checkpoint_fractions",
+             "must lie in (0, 1]")
+
+    def loss_config(self) -> Any:
+        return make_config(self.algorithm, **self.objective)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def fields_help() -> str:
+    """One line per config field (name, default, help): the `repro train --help` epilog."""
+    lines = ["Config fields (YAML keys or KEY=VALUE overrides):"]
+    for f in dataclasses.fields(TrainConfig):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        lines.append(f"{f.name} [{default!r}]: {f.metadata['help']}")
+    return "\n\n".join(lines)
+
+
+def load_train_config(path: str | Path | None, overrides: list[str]) -> TrainConfig:
+    """YAML file (optional) + `key=value` overrides; unknown keys are named in the error."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: a train config must be a YAML mapping")
+        data.update(loaded)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"override {item!r} must look like key=value")
+        value = yaml.safe_load(raw)
+        if "." in key:
+            head, sub = key.split(".", 1)
+            data.setdefault(head, {})[sub] = value
+        else:
+            data[key] = value
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        where = f"{path}: " if path else ""
+        raise ValueError(f"{where}unknown train config key(s) {unknown}; known: {sorted(known)}")
+    return TrainConfig(**data)

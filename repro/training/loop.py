@@ -1,0 +1,187 @@
+"""`repro train`: the RL loop, readable top to bottom (cleanrl-style).
+
+Per step: P prompts from the compute-matched stream, G samples each (HF engine, KV cache),
+rewards from the evaluator's graders, group advantages, logp_old once per rollout batch (or the
+engine's), then K updates on minibatches of whole groups with `policy_loss` (AdamW, grad-norm
+clipping, optional k3 KL). Diagnostics come from c = -dL/dlogp of each update's own loss. One
+Parquet row per step; checkpoints at `checkpoint_every` steps and at budget fractions; with
+`resume=True` a killed run continues from its newest checkpoint and ends bit-identical on CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from repro.diagnostics import cancellation_metrics, token_coefficients
+from repro.generation.base import SamplingConfig
+from repro.generation.hf import HFEngine
+from repro.models import load
+from repro.objectives import AdvantageConfig, Minibatch, group_advantages, policy_loss
+from repro.objectives.kl import k3_kl_penalty
+from repro.results import TRAIN_LOG, write_table
+from repro.training.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+from repro.training.config import TrainConfig
+from repro.training.logprobs import response_logprobs
+from repro.training.probes import ProbeSet, kl_between
+from repro.training.rollout import PromptStream, Rewarder, rollout
+
+MEAN_KEYS = ("loss", "clip_frac", "ppo_kl", "w_mean", "neg_weight_frac", "asym", "residual_full",
+             "freq_energy", "grad_norm")
+
+
+def train(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: bool = False) -> Path:
+    """Train into `out`; returns the final policy folder `out/final`."""
+    out = Path(out)
+    label = label or cfg.algorithm
+    ckpt = latest_checkpoint(out) if resume else None
+    if ckpt is None and (out / "checkpoints").exists():
+        shutil.rmtree(out / "checkpoints")  # a fresh run never mixes with an old one's state
+    torch.manual_seed(cfg.seed)
+    model, tok = load(ckpt / "policy" if ckpt else cfg.model)
+    model.train()
+    ref = load(cfg.model)[0].eval() if cfg.kl_coef > 0 else None
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    stream = PromptStream(cfg.tasks, cfg.seed, cfg.prompts_per_step)
+    rewarder = Rewarder({stream.specs[n].kind for n in stream.names})
+    engine = HFEngine(model, tok, batch_size=cfg.prompts_per_step)
+    probes = ProbeSet(tok, stream.names, cfg.probe_n)
+    if ckpt is not None:
+        state = load_trainer_state(ckpt, opt)
+    else:
+        logodds0, ctx0 = probes.measure(model)
+        state = {"step": 0, "gen_cum": 0, "trained_cum": 0, "flops_cum": 0.0,
+                 "logodds0": logodds0, "prev_ctx": ctx0, "log": [], "saved_fractions": []}
+    loss_cfg = cfg.loss_config()
+    n_params = sum(p.numel() for p in model.parameters())
+    bar = tqdm(total=cfg.steps, initial=state["step"], desc=f"train {label}", unit="step")
+    try:
+        for step in range(state["step"] + 1, cfg.steps + 1):
+            if cfg.token_budget is not None and state["gen_cum"] >= cfg.token_budget:
+                break
+            row = train_step(cfg, step, model, tok, ref, opt, loss_cfg, stream, rewarder, engine,
+                             n_params, state)
+            row |= probe_row(probes, model, state)
+            row |= {"algorithm": label, "objective": cfg.algorithm, "seed": cfg.seed, "step": step}
+            state["log"].append(row)
+            state["step"] = step
+            bar.update(1)
+            bar.set_postfix(reward=f"{row['reward_mean']:.3f}", entropy=f"{row['entropy']:.3f}")
+            if checkpoint_due(cfg, state):
+                save_checkpoint(out, step, model, tok, opt, state)
+                write_log(out, state["log"], cfg)
+    finally:
+        bar.close()
+        rewarder.close()
+    write_log(out, state["log"], cfg)
+    return save_final(out, model, tok)
+
+
+def train_step(cfg, step, model, tok, ref, opt, loss_cfg, stream, rewarder, engine, n_params,
+               state) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    sampling = SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                              max_new_tokens=cfg.max_new_tokens, n=cfg.group_size,
+                              seed=cfg.seed * 1_000_003 + step)
+    model.eval()
+    batch = rollout(engine, stream.at(step), stream.specs, rewarder, sampling,
+                    want_engine_logp=cfg.behaviour_logprobs == "engine")
+    model.train()
+    args = (batch.input_ids, batch.attention_mask, batch.response_mask)
+    with torch.no_grad():  # once per rollout batch: the behaviour policy (and its entropy)
+        logp_old, entropy = response_logprobs(model, *args, chunk_size=cfg.logprob_chunk)
+        ref_logp = None if ref is None else response_logprobs(ref, *args, with_entropy=False)[0]
+    if batch.engine_logp is not None:
+        logp_old = batch.engine_logp
+    adv, adv_info = group_advantages(batch.reward, batch.group, AdvantageConfig(cfg.advantage_scale))
+    t1 = time.perf_counter()
+
+    order = torch.randperm(cfg.prompts_per_step, generator=torch.Generator().manual_seed(
+        cfg.seed * 1_000_003 + step)).view(cfg.minibatches, -1)
+    updates = []
+    for groups in order:
+        rows = torch.isin(batch.group, groups)
+        width = int(batch.attention_mask[rows].sum(-1).max())
+        ids, attn, resp = (t[rows, :width] for t in args)
+        logp, _ = response_logprobs(model, ids, attn, resp, chunk_size=cfg.logprob_chunk,
+                                    with_entropy=False)
+        mb = Minibatch(logp, logp_old[rows, :width], resp, adv[rows], batch.group[rows])
+        loss, metrics = policy_loss(loss_cfg, mb)
+        if ref_logp is not None:
+            loss = loss + cfg.kl_coef * k3_kl_penalty(logp, ref_logp[rows, :width], resp)
+        coef = token_coefficients(loss, logp)
+        metrics |= cancellation_metrics(coef, ids, resp, batch.group[rows], adv[rows], len(tok))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf)
+        opt.step()
+        updates.append(metrics | {"loss": float(loss.detach()), "grad_norm": float(norm)})
+    t2 = time.perf_counter()
+
+    resp_mask = batch.response_mask
+    gen = int(resp_mask.sum())
+    state["gen_cum"] += gen
+    state["trained_cum"] += gen
+    state["flops_cum"] += 2.0 * n_params * gen * (2 + (ref is not None)) + 6.0 * n_params * gen
+    lengths = resp_mask.sum(-1).double()
+    return {
+        "gen_tokens": gen, "gen_tokens_cum": state["gen_cum"],
+        "trained_tokens_cum": state["trained_cum"], "flops_cum": state["flops_cum"],
+        "reward_mean": float(batch.reward.mean()), "reward_std": float(batch.reward.std()),
+        "accuracy": float((batch.reward == 1).double().mean()),
+        "response_len": float(lengths.mean()), "truncated_frac": float(batch.truncated.double().mean()),
+        "entropy": float(entropy[resp_mask].mean()),
+        "w_min": min(u["w_min"] for u in updates), "w_max": max(u["w_max"] for u in updates),
+        "zero_adv_frac": adv_info["zero_adv_frac"], "lr": cfg.lr,
+        "time_rollout": t1 - t0, "time_update": t2 - t1,
+    } | {k: nanmean([u[k] for u in updates]) for k in MEAN_KEYS}
+
+
+def nanmean(values: list[float]) -> float:
+    """Mean of the defined values (diagnostics are NaN on minibatches without shared nodes)."""
+    kept = [v for v in values if not math.isnan(v)]
+    return sum(kept) / len(kept) if kept else math.nan
+
+
+def probe_row(probes: ProbeSet, model, state: dict[str, Any]) -> dict[str, float]:
+    model.eval()
+    logodds, ctx = probes.measure(model)
+    model.train()
+    row = {"logodds": logodds, "logodds_drift": logodds - state["logodds0"],
+           "kl_template": kl_between(ctx, state["prev_ctx"])}
+    state["prev_ctx"] = ctx
+    return row
+
+
+def checkpoint_due(cfg: TrainConfig, state: dict[str, Any]) -> bool:
+    """Every `checkpoint_every` steps, and once per budget fraction crossed."""
+    step = state["step"]
+    used = step / cfg.steps
+    if cfg.token_budget is not None:
+        used = max(used, state["gen_cum"] / cfg.token_budget)
+    new = [f for f in cfg.checkpoint_fractions if used >= f and f not in state["saved_fractions"]]
+    state["saved_fractions"] += new
+    return bool(new) or (cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0)
+
+
+def write_log(out: Path, rows: list[dict[str, Any]], cfg: TrainConfig) -> None:
+    if rows:
+        write_table(rows, TRAIN_LOG, out / "train_log.parquet", config=cfg.to_dict())
+
+
+def save_final(out: Path, model, tok) -> Path:
+    final, tmp = out / "final", out / f".final-{uuid.uuid4().hex}"
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final

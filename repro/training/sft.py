@@ -1,0 +1,343 @@
+"""SFT warm start (`repro sft`): teacher-forced training on synthetic demonstrations.
+
+RL from a random policy gets no reward and hence no signal, so every RL run starts from this
+checkpoint: a model that solves a fair share, but not all, of its training problems (groups with
+mixed rewards are the ones that carry gradient). The demonstrations use the two equally correct
+surface forms half-and-half, so P(A) ~ P(B) before RL, which the drift metrics need.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from repro.benchmarks import build_messages, get_benchmark, row_to_problem
+from repro.generation.base import SamplingConfig
+from repro.generation.hf import HFEngine
+from repro.models import TinyModelConfig, build_tiny, load
+from repro.models.tiny import _atomic_save
+from repro.tasks import SYNTHETIC, synthetic_demonstrations, synthetic_probes, synthetic_rows
+from repro.tasks import synthetic_size
+from repro.tasks.base import Probe
+
+IGNORE = -100  # label of tokens that carry no loss (prompt, padding)
+METRICS_FILE = "sft_metrics.json"
+MIN_LR_RATIO = 0.1  # cosine decays to this fraction of lr: late steps still learn a little
+_EVAL_BATCH = 64  # prompts per generate call of the train-reward estimate
+_CURVE_POINTS = 25  # loss-curve points kept in the metrics
+
+
+def default_model() -> TinyModelConfig:
+    """The tuned warm-start size (see docs): the largest that fits the 2-core time budget."""
+    return TinyModelConfig(
+        hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=32, intermediate_size=256,
+    )
+
+
+@dataclass
+class SFTConfig:
+    """One SFT warm-start run (the options of `repro sft`)."""
+
+    tasks: dict[str, float] = field(
+        default_factory=lambda: {"synth-aime": 1.0},
+        metadata={"help": "Synthetic task -> weight; demos and reward problems split by weight."},
+    )
+    model: TinyModelConfig | str = field(
+        default_factory=default_model,
+        metadata={"help": "A TinyModelConfig (built fresh) or the path / hub id of a model to "
+                          "fine-tune."},
+    )
+    n_demos: int = field(default=8000, metadata={"help": "Demonstrations (train problems)."})
+    steps: int = field(default=600, metadata={"help": "Optimizer steps."})
+    batch_size: int = field(default=32, metadata={"help": "Demonstrations per step."})
+    lr: float = field(default=3e-3, metadata={"help": "Peak AdamW learning rate."})
+    warmup: int = field(default=30, metadata={"help": "Linear warm-up steps, then cosine."})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
+    grad_clip: float = field(default=1.0, metadata={"help": "Max global gradient norm."})
+    max_len: int = field(default=1024, metadata={"help": "Longer demonstrations are dropped."})
+    seed: int = field(default=0, metadata={"help": "Seeds demo choice, data order, sampling."})
+    eval_n: int = field(
+        default=128, metadata={"help": "Train problems for the train-reward estimate; 0 = skip."}
+    )
+    eval_temperature: float = field(
+        default=1.0, metadata={"help": "Sampling temperature of the estimate (RL's rollouts)."}
+    )
+    eval_max_new_tokens: int = field(
+        default=128, metadata={"help": "Generation budget per sample of the estimate."}
+    )
+
+    def __post_init__(self) -> None:
+        if isinstance(self.model, Mapping):
+            self.model = TinyModelConfig(**self.model)
+        elif isinstance(self.model, Path):
+            self.model = str(self.model)
+        if not isinstance(self.model, (TinyModelConfig, str)) or self.model == "":
+            _fail("model", "must be a TinyModelConfig or a model path / hub id", self.model)
+        if not isinstance(self.tasks, Mapping) or not self.tasks:
+            _fail("tasks", "must be a non-empty mapping of task name -> weight", self.tasks)
+        self.tasks = dict(self.tasks)
+        for name, weight in self.tasks.items():
+            if name not in SYNTHETIC:
+                _fail("tasks", f"names unknown task {name!r} (known: {sorted(SYNTHETIC)})",
+                      self.tasks)
+            if not isinstance(weight, (int, float)) or not 0 < weight < math.inf:
+                _fail("tasks", f"weight of {name!r} must be a finite number > 0", self.tasks)
+        ints = {"n_demos": 1, "steps": 1, "batch_size": 1, "warmup": 0, "max_len": 2, "seed": 0,
+                "eval_n": 0, "eval_max_new_tokens": 1}
+        for name, low in ints.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                _fail(name, f"must be an int >= {low}", value)
+        positive = {"lr": self.lr > 0, "grad_clip": self.grad_clip > 0,
+                    "weight_decay": self.weight_decay >= 0, "eval_temperature":
+                    self.eval_temperature >= 0}
+        for name, ok in positive.items():
+            if not ok or not math.isfinite(getattr(self, name)):
+                _fail(name, "must be a finite number (> 0; >= 0 for weight_decay and "
+                      "eval_temperature)", getattr(self, name))
+        if self.warmup > self.steps:
+            _fail("warmup", f"must be <= steps ({self.steps})", self.warmup)
+        if isinstance(self.model, TinyModelConfig) and self.max_len > \
+                self.model.max_position_embeddings:
+            _fail("max_len", f"must be <= model.max_position_embeddings "
+                  f"({self.model.max_position_embeddings})", self.max_len)
+        for name, count in allocate(self.tasks, self.n_demos).items():
+            if not 1 <= count <= synthetic_size(name, "train"):
+                _fail("n_demos", f"gives {count} demos of {name!r}, which has "
+                      f"{synthetic_size(name, 'train')} train problems (need >= 1)", self.n_demos)
+
+
+def _fail(name: str, rule: str, value: object) -> None:
+    raise ValueError(f"SFTConfig.{name} {rule}, got {value!r}")
+
+
+def allocate(weights: Mapping[str, float], n: int) -> dict[str, int]:
+    """Split `n` over the tasks by weight (largest remainder), so the counts sum to `n`."""
+    total = sum(weights.values())
+    exact = {name: n * w / total for name, w in weights.items()}
+    counts = {name: math.floor(x) for name, x in exact.items()}
+    by_remainder = sorted(exact, key=lambda name: counts[name] - exact[name])
+    for name in by_remainder[: n - sum(counts.values())]:
+        counts[name] += 1
+    return counts
+
+
+def encode_demo(
+    tok: PreTrainedTokenizerBase, messages: list[dict[str, str]], max_len: int
+) -> tuple[list[int], list[int]] | None:
+    """(input_ids, labels) of one chat; labels are IGNORE except on the assistant reply + EOS.
+
+    The prompt is rendered exactly as generation will see it (chat template + generation
+    prompt), so the model learns to continue the prompts it is sampled on. None if too long.
+    """
+    prompt = tok.apply_chat_template(messages[:-1], add_generation_prompt=True, tokenize=False)
+    prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    target_ids = tok(messages[-1]["content"] + tok.eos_token, add_special_tokens=False)["input_ids"]
+    ids = prompt_ids + target_ids
+    if len(ids) > max_len:
+        return None
+    return ids, [IGNORE] * len(prompt_ids) + target_ids
+
+
+def collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad to the longest example; padding is masked out of attention and loss."""
+    width = max(len(ids) for ids, _ in examples)
+    batch: dict[str, list[list[int]]] = {"input_ids": [], "attention_mask": [], "labels": []}
+    for ids, labels in examples:
+        pad = width - len(ids)
+        batch["input_ids"].append(ids + [pad_id] * pad)
+        batch["attention_mask"].append([1] * len(ids) + [0] * pad)
+        batch["labels"].append(labels + [IGNORE] * pad)
+    return {key: torch.tensor(value) for key, value in batch.items()}
+
+
+def sft_step(
+    model: PreTrainedModel, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
+    grad_clip: float,
+) -> float:
+    """One teacher-forced step; the loss is the mean over the batch's assistant tokens."""
+    loss = model(**batch).loss
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return float(loss.detach())
+
+
+def lr_factor(step: int, warmup: int, steps: int) -> float:
+    """Linear warm-up to 1, then cosine decay to MIN_LR_RATIO at the last step."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return MIN_LR_RATIO + (1 - MIN_LR_RATIO) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def _batches(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
+    """Endless seeded epochs of shuffled indices, cut into batches across epoch boundaries."""
+    rng, stream = random.Random(seed), []
+    while True:
+        while len(stream) < batch_size:
+            order = list(range(n))
+            rng.shuffle(order)
+            stream.extend(order)
+        yield stream[:batch_size]
+        stream = stream[batch_size:]
+
+
+def _problem_id_field(task: str) -> str:
+    spec = get_benchmark(task)
+    return next(hub for hub, target in spec.fields.items() if target == "problem_id")
+
+
+def _make_grader(task: str) -> Any:
+    """The task's real grader; code needs a working sandbox, checked before any training."""
+    if get_benchmark(task).grader == "math":
+        from repro.graders.math import MathGrader
+
+        return MathGrader()
+    from repro.graders.code import CodeGrader
+    from repro.sandbox import Sandbox, SandboxConfig
+
+    return CodeGrader(Sandbox(SandboxConfig()))
+
+
+def _form_of(probe: Probe, text: str) -> str:
+    """"A"/"B" when the completion reaches the forms' branch point and takes one, else "other"."""
+    cut = len(probe.branch_prefix)
+    if text.startswith(probe.branch_prefix):
+        for label, form in (("A", probe.form_a), ("B", probe.form_b)):
+            if text[cut : cut + 1] == form[cut : cut + 1]:
+                return label
+    return "other"
+
+
+def estimate_reward(
+    model: PreTrainedModel, tok: PreTrainedTokenizerBase, cfg: SFTConfig,
+    graders: Mapping[str, Any], seen: Mapping[str, set[str]],
+) -> dict[str, Any]:
+    """Solve rate on a fresh draw of train problems, sampled like RL rollouts, real graders.
+
+    Also split by whether SFT saw the problem (memorised vs learned) and the A/B form balance.
+    """
+    engine = HFEngine(model, tok, batch_size=_EVAL_BATCH)
+    sampling = SamplingConfig(temperature=cfg.eval_temperature, top_p=1.0, top_k=0, min_p=0.0,
+                              max_new_tokens=cfg.eval_max_new_tokens, n=1, seed=cfg.seed)
+    per_task, rewards, in_sft, forms = {}, [], [], Counter()
+    for task, n in allocate(cfg.tasks, cfg.eval_n).items():
+        if n == 0:
+            continue
+        spec = get_benchmark(task)
+        rows = synthetic_rows(task, "train", n, cfg.seed + 1)
+        problems = [row_to_problem(spec, row, allow_pickle=True) for row in rows]
+        probes = {p.problem_id: p for p in synthetic_probes(task, n, cfg.seed + 1, "train")}
+        prompts = [tok.apply_chat_template(build_messages(spec, p), tokenize=False,
+                                           add_generation_prompt=True) for p in problems]
+        texts = [c[0].text for c in engine.generate(prompts, sampling)]
+        grades = graders[task].grade_many(list(zip(problems, texts, strict=True)))
+        task_rewards = [float(g.correct) for g in grades]
+        per_task[task] = sum(task_rewards) / n
+        rewards += task_rewards
+        in_sft += [p.problem_id in seen[task] for p in problems]
+        forms.update(_form_of(probes[p.problem_id], t) for p, t in zip(problems, texts))
+
+    def mean(flags: list[bool]) -> float | None:
+        picked = [r for r, f in zip(rewards, flags, strict=True) if f]
+        return sum(picked) / len(picked) if picked else None
+
+    return {"mean": sum(rewards) / len(rewards), "n": len(rewards), "per_task": per_task,
+            "seen_in_sft": mean(in_sft), "unseen": mean([not f for f in in_sft]),
+            "n_seen": sum(in_sft), "forms": {k: forms[k] for k in ("A", "B", "other")}}
+
+
+def run_sft(cfg: SFTConfig, out_dir: str | Path) -> dict[str, Any]:
+    """Train, estimate the train reward, save model + tokenizer + metrics; returns the metrics.
+
+    `out_dir` becomes a model folder (`repro.models.load(out_dir)`) holding `sft_metrics.json`,
+    written in one atomic rename; an existing non-SFT, non-empty folder is refused up front.
+    """
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not (out / METRICS_FILE).exists():
+        raise FileExistsError(f"{out} is a non-empty folder that is not an SFT output; refusing "
+                              "to replace it")
+    start = time.perf_counter()
+    graders = {task: _make_grader(task) for task in cfg.tasks} if cfg.eval_n else {}
+    if isinstance(cfg.model, TinyModelConfig):
+        model, tok = build_tiny(cfg.model)
+    else:
+        model, tok = load(cfg.model)
+    if tok.chat_template is None or tok.pad_token_id is None:
+        _fail("model", "must have a tokenizer with a chat template and a pad token", cfg.model)
+    demos, seen = [], {}
+    for task, n in allocate(cfg.tasks, cfg.n_demos).items():
+        task_demos = synthetic_demonstrations(task, "train", n, cfg.seed)
+        seen[task] = {str(d[_problem_id_field(task)]) for d in task_demos}
+        demos += task_demos
+    encoded = [encode_demo(tok, d["messages"], cfg.max_len) for d in demos]
+    examples = [e for e in encoded if e is not None]
+    if not examples:
+        _fail("max_len", "drops every demonstration; raise it", cfg.max_len)
+
+    torch.manual_seed(cfg.seed)
+    model.train()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]  # norms: decay would shrink them
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, cfg.warmup, cfg.steps))
+    losses, tokens, target_tokens = [], 0, 0
+    batches = _batches(len(examples), cfg.batch_size, cfg.seed)
+    train_start = time.perf_counter()
+    bar = tqdm(range(cfg.steps), desc="sft", unit="step")
+    for step in bar:
+        batch = collate([examples[i] for i in next(batches)], tok.pad_token_id)
+        losses.append(sft_step(model, optimizer, batch, cfg.grad_clip))
+        scheduler.step()
+        tokens += int(batch["attention_mask"].sum())
+        target_tokens += int((batch["labels"] != IGNORE).sum())
+        if step % 10 == 0 or step == cfg.steps - 1:
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+    train_time = time.perf_counter() - train_start
+    model.eval()
+
+    eval_start = time.perf_counter()
+    reward = estimate_reward(model, tok, cfg, graders, seen) if cfg.eval_n else None
+    for grader in graders.values():
+        if hasattr(grader, "close"):
+            grader.close()
+    tail = losses[-max(1, len(losses) // 10):]
+    every = max(1, len(losses) // _CURVE_POINTS)
+    metrics = {
+        "config": dataclasses.asdict(cfg),
+        "n_params": sum(p.numel() for p in model.parameters()),
+        "n_demos": len(examples), "n_dropped_too_long": len(encoded) - len(examples),
+        "demo_forms": dict(Counter(d["form"] for d, e in zip(demos, encoded) if e is not None)),
+        "loss": {"first": losses[0], "final": sum(tail) / len(tail), "min": min(losses),
+                 "curve": [[s, losses[s]] for s in range(0, len(losses), every)]},
+        "train_reward": reward,
+        "tokens": tokens, "target_tokens": target_tokens,
+        "tokens_per_s": tokens / train_time, "train_time_s": train_time,
+        "eval_time_s": time.perf_counter() - eval_start,
+        "wall_time_s": time.perf_counter() - start, "torch_threads": torch.get_num_threads(),
+    }
+
+    def save(d: Path) -> None:
+        model.save_pretrained(d)
+        tok.save_pretrained(d)
+        (d / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
+
+    _atomic_save(out, save)
+    return metrics
