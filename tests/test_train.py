@@ -137,3 +137,28 @@ def test_config_errors_name_the_field(tmp_path):
         load_train_config(bad, [])
     cfg = load_train_config(None, ["model=m", "objective.transform=orth_proj", "steps=7"])
     assert cfg.objective == {"transform": "orth_proj"} and cfg.steps == 7
+
+
+def test_real_prompt_sets_load_through_the_evaluation_loader(tmp_path):
+    """openr1-math (hub parquet) and lcb-train (LCB shards, pinned) feed the trainer's stream
+    from an offline mirror, exactly as `repro eval` loads benchmarks."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from fixtures_hub import write_lcb
+    from repro.training.rollout import PromptStream
+
+    root = tmp_path / "open-r1" / "OpenR1-Math-220k" / "data"
+    root.mkdir(parents=True)
+    rows = [{"problem": f"Invented problem {i}: compute {i}+{i}.", "answer": str(2 * i),
+             "uuid": f"u{i}", "problem_type": "Algebra", "source": "fixture"} for i in range(5)]
+    pq.write_table(pa.Table.from_pylist(rows), root / "train-00000-of-00001.parquet")
+    pins = write_lcb(tmp_path)
+    stream = PromptStream({"openr1-math": 1.0, "lcb-train": 1.0}, seed=0, per_step=6,
+                          data_dir=tmp_path, sha256_pins=pins)
+    assert {p.problem_id for p in stream.pools["openr1-math"]} == {f"u{i}" for i in range(5)}
+    dates = [p.metadata["contest_date"] for p in stream.pools["lcb-train"]]
+    assert dates and max(dates) < "2025-02-01"  # nothing from the v6 evaluation window
+    picks = stream.at(3)
+    assert picks == stream.at(3) and len(picks) == 6  # a pure function of (seed, step)
+    assert {name for name, _ in picks} <= {"openr1-math", "lcb-train"}

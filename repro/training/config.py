@@ -28,7 +28,14 @@ class TrainConfig:
     )
     tasks: dict[str, float] = field(
         default_factory=lambda: {"synth-aime": 1.0},
-        metadata={"help": "Training tasks and their mixing weights (synth-aime, synth-hmmt, synth-lcb)."},
+        metadata={"help": "Training prompt sets (benchmark registry names) and mixing weights: "
+                  "synth-aime/-hmmt/-lcb (train splits), openr1-math, lcb-train."},
+    )
+    data_dir: str | None = field(
+        default=None, metadata={"help": "Offline mirror of hub prompt sets (as for repro eval)."}
+    )
+    sha256_pins: dict[str, str] = field(
+        default_factory=dict, metadata={"help": "LCB shard -> sha256 pins (lcb-train)."}
     )
     seed: int = field(default=0, metadata={"help": "Run seed: prompt stream, sampling, minibatch order."})
     prompts_per_step: int = field(default=8, metadata={"help": "P: prompts (groups) per rollout batch."})
@@ -74,10 +81,11 @@ class TrainConfig:
             make_config(self.algorithm, **self.objective)
         except ValueError as err:
             raise ValueError(f"TrainConfig.algorithm/objective: {err}") from None
-        from repro.tasks import SYNTHETIC
+        from repro.benchmarks import benchmark_names
 
-        need(bool(self.tasks) and set(self.tasks) <= set(SYNTHETIC) and min(self.tasks.values()) > 0,
-             "tasks", f"must map names in {sorted(SYNTHETIC)} to positive weights")
+        known = benchmark_names()
+        need(bool(self.tasks) and set(self.tasks) <= set(known) and min(self.tasks.values()) > 0,
+             "tasks", f"must map names in {known} to positive weights")
         for name in ("prompts_per_step", "max_new_tokens", "steps", "probe_n", "logprob_chunk"):
             need(getattr(self, name) >= 1, name, "must be >= 1")
         need(self.group_size >= 2, "group_size", "must be >= 2 (a group needs a baseline)")

@@ -50,14 +50,17 @@ def train(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: bool
     model.train()
     ref = load(cfg.model)[0].eval() if cfg.kl_coef > 0 else None
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    stream = PromptStream(cfg.tasks, cfg.seed, cfg.prompts_per_step)
+    stream = PromptStream(cfg.tasks, cfg.seed, cfg.prompts_per_step,
+                          data_dir=Path(cfg.data_dir) if cfg.data_dir else None,
+                          sha256_pins=cfg.sha256_pins or None)
     rewarder = Rewarder({stream.specs[n].kind for n in stream.names})
     engine = HFEngine(model, tok, batch_size=cfg.prompts_per_step)
-    probes = ProbeSet(tok, stream.names, cfg.probe_n)
+    synthetic = [n for n in stream.names if stream.specs[n].source == "synthetic"]
+    probes = ProbeSet(tok, synthetic, cfg.probe_n) if synthetic else None  # real sets: no probes
     if ckpt is not None:
         state = load_trainer_state(ckpt, opt)
     else:
-        logodds0, ctx0 = probes.measure(model)
+        logodds0, ctx0 = probes.measure(model) if probes else (math.nan, None)
         state = {"step": 0, "gen_cum": 0, "trained_cum": 0, "flops_cum": 0.0,
                  "logodds0": logodds0, "prev_ctx": ctx0, "log": [], "saved_fractions": []}
     loss_cfg = cfg.loss_config()
@@ -151,7 +154,9 @@ def nanmean(values: list[float]) -> float:
     return sum(kept) / len(kept) if kept else math.nan
 
 
-def probe_row(probes: ProbeSet, model, state: dict[str, Any]) -> dict[str, float]:
+def probe_row(probes: ProbeSet | None, model, state: dict[str, Any]) -> dict[str, float]:
+    if probes is None:
+        return {"logodds": math.nan, "logodds_drift": math.nan, "kl_template": math.nan}
     model.eval()
     logodds, ctx = probes.measure(model)
     model.train()

@@ -7,36 +7,50 @@ same prompts in the same order, and a resumed run needs no stream state beyond t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from repro.benchmarks import build_messages, get_benchmark
+from repro.benchmarks import build_messages, get_benchmark, load_problems
 from repro.benchmarks.mapping import row_to_problem
 from repro.benchmarks.problem import Problem
 from repro.generation.base import SamplingConfig
 from repro.generation.hf import HFEngine
 from repro.tasks import synthetic_rows, synthetic_size
 
-POOL_MAX = 4096  # training problems drawn per task (the train splits hold 300 to 15,000)
+POOL_MAX = 4096  # synthetic training problems per task (their train splits hold 300 to 15,000)
+
+
+def training_pool(name: str, *, data_dir: Path | None = None,
+                  sha256_pins: dict[str, str] | None = None) -> list[Problem]:
+    """A task's training problems: a synthetic stand-in's TRAIN split (its benchmark spec serves
+    the eval split), or any registered prompt set (openr1-math, lcb-train) through the same
+    loader as evaluation, offline mirror and LCB pins included."""
+    spec = get_benchmark(name)
+    if spec.source == "synthetic":
+        n = min(POOL_MAX, synthetic_size(name, "train"))
+        rows = synthetic_rows(name, "train", n, seed=0)  # the same pool for every run seed
+        return [row_to_problem(spec, r, allow_pickle=True) for r in rows]
+    pins = {"sha256_pins": sha256_pins} if spec.source == "lcb_jsonl" else {}
+    problems, _ = load_problems(spec, data_dir=data_dir, **pins)
+    return problems
 
 
 class PromptStream:
     """P training problems per step from the task mix, deterministic in (seed, step)."""
 
-    def __init__(self, tasks: dict[str, float], seed: int, per_step: int) -> None:
+    def __init__(self, tasks: dict[str, float], seed: int, per_step: int, *,
+                 data_dir: Path | None = None, sha256_pins: dict[str, str] | None = None) -> None:
         self.names = sorted(tasks)
         weights = np.array([tasks[n] for n in self.names], dtype=np.float64)
         self.weights = weights / weights.sum()
         self.seed, self.per_step = seed, per_step
-        self.pools: dict[str, list[Problem]] = {}
         self.specs = {n: get_benchmark(n) for n in self.names}
-        for name in self.names:
-            n = min(POOL_MAX, synthetic_size(name, "train"))
-            rows = synthetic_rows(name, "train", n, seed=0)  # the pool is the same for every seed
-            self.pools[name] = [row_to_problem(self.specs[name], r, allow_pickle=True) for r in rows]
+        self.pools = {n: training_pool(n, data_dir=data_dir, sha256_pins=sha256_pins)
+                      for n in self.names}
 
     def at(self, step: int) -> list[tuple[str, Problem]]:
         rng = np.random.default_rng([self.seed, step])
