@@ -111,9 +111,10 @@ def test_memory_of_all_processes_together_is_capped(marker: str) -> None:
     box = Sandbox(SandboxConfig(memory_bytes=256 * 2**20))
     if not box.info()["memory_cgroup"]:
         pytest.skip("no writable memory cgroup on this host")
-    code = ("import os\npids = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
-            "        block = bytearray(100 * 2**20)\n        os._exit(0)\n    pids.append(pid)\n"
-            "print([os.waitpid(p, 0)[1] for p in pids])")
+    # each child holds its 100 MiB for 3 s, so all four are alive together (4 x 100 > 256)
+    code = ("import os, time\npids = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
+            "        block = bytearray(100 * 2**20)\n        time.sleep(3)\n        os._exit(0)\n"
+            "    pids.append(pid)\nprint([os.waitpid(p, 0)[1] for p in pids])")
     result = run_py(box, code, marker, timeout=20)
     statuses = [int(s) for s in result.stdout.decode().strip("[]\n").split(",")]
     assert 9 in statuses, statuses  # at least one child was OOM-killed (SIGKILL) in its cgroup
