@@ -36,24 +36,12 @@ def sft(
 ) -> None:
     """SFT warm start on the synthetic demonstrations. Extra arguments are KEY=VALUE overrides of
     SFTConfig (e.g. steps=600 lr=3e-3); see repro/training/sft.py for every field."""
-    import dataclasses
-
-    import yaml
-
+    from repro.training.config import check_keys, parse_overrides
     from repro.training.sft import SFTConfig, run_sft
 
-    overrides = {}
-    for item in ctx.args:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            typer.echo(f"repro sft: override {item!r} must look like key=value", err=True)
-            raise typer.Exit(2)
-        overrides[key] = yaml.safe_load(raw)
-    known = {f.name for f in dataclasses.fields(SFTConfig)}
-    unknown = sorted(set(overrides) - known)
     try:
-        if unknown:
-            raise ValueError(f"unknown SFTConfig field(s) {unknown}; fields: {sorted(known)}")
+        overrides = parse_overrides(list(ctx.args))
+        check_keys(SFTConfig, overrides)
         cfg = SFTConfig(**overrides)
     except (TypeError, ValueError) as err:
         typer.echo(f"repro sft: {err}", err=True)

@@ -133,7 +133,7 @@ def test_config_errors_name_the_field(tmp_path):
         TrainConfig(model="m", objective={"transform": "max_replace"})
     bad = tmp_path / "train.yaml"
     bad.write_text("model: m\nlearning_rate: 0.1\n")
-    with pytest.raises(ValueError, match=r"train.yaml: unknown train config key\(s\) \['learning_rate'\]"):
+    with pytest.raises(ValueError, match=r"train.yaml: unknown TrainConfig key\(s\) \['learning_rate'\]"):
         load_train_config(bad, [])
     cfg = load_train_config(None, ["model=m", "objective.transform=orth_proj", "steps=7"])
     assert cfg.objective == {"transform": "orth_proj"} and cfg.steps == 7

@@ -120,15 +120,10 @@ def fields_help() -> str:
     return "\n\n".join(lines)
 
 
-def load_train_config(path: str | Path | None, overrides: list[str]) -> TrainConfig:
-    """YAML file (optional) + `key=value` overrides; unknown keys are named in the error."""
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`key=value` strings -> a nested dict (YAML-typed values; `a.b=1` -> {a: {b: 1}})."""
     data: dict[str, Any] = {}
-    if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{path}: a train config must be a YAML mapping")
-        data.update(loaded)
-    for item in overrides:
+    for item in items:
         key, sep, raw = item.partition("=")
         if not sep:
             raise ValueError(f"override {item!r} must look like key=value")
@@ -138,9 +133,29 @@ def load_train_config(path: str | Path | None, overrides: list[str]) -> TrainCon
             data.setdefault(head, {})[sub] = value
         else:
             data[key] = value
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    return data
+
+
+def check_keys(cls: type, data: dict[str, Any], where: str = "") -> None:
+    """Refuse keys that are not fields of the config dataclass `cls`, naming them."""
+    known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
-        where = f"{path}: " if path else ""
-        raise ValueError(f"{where}unknown train config key(s) {unknown}; known: {sorted(known)}")
+        raise ValueError(f"{where}unknown {cls.__name__} key(s) {unknown}; known: {sorted(known)}")
+
+
+def load_train_config(path: str | Path | None, overrides: list[str]) -> TrainConfig:
+    """YAML file (optional) + `key=value` overrides; unknown keys are named in the error."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: a train config must be a YAML mapping")
+        data.update(loaded)
+    for key, value in parse_overrides(overrides).items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = data[key] | value
+        else:
+            data[key] = value
+    check_keys(TrainConfig, data, f"{path}: " if path else "")
     return TrainConfig(**data)
