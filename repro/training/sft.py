@@ -39,14 +39,6 @@ _EVAL_BATCH = 64  # prompts per generate call of the train-reward estimate
 _CURVE_POINTS = 25  # loss-curve points kept in the metrics
 
 
-def default_model() -> TinyModelConfig:
-    """The tuned warm-start size (see docs): the largest that fits the 2-core time budget."""
-    return TinyModelConfig(
-        hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=32, intermediate_size=256,
-    )
-
-
 @dataclass
 class SFTConfig:
     """One SFT warm-start run (the options of `repro sft`)."""
@@ -56,9 +48,9 @@ class SFTConfig:
         metadata={"help": "Synthetic task -> weight; demos and reward problems split by weight."},
     )
     model: TinyModelConfig | str = field(
-        default_factory=default_model,
-        metadata={"help": "A TinyModelConfig (built fresh) or the path / hub id of a model to "
-                          "fine-tune."},
+        default_factory=TinyModelConfig,
+        metadata={"help": "A TinyModelConfig (built fresh; the default ~81k-parameter one is the "
+                          "tuned size) or the path / hub id of a model to fine-tune."},
     )
     n_demos: int = field(default=8000, metadata={"help": "Demonstrations (train problems)."})
     steps: int = field(default=600, metadata={"help": "Optimizer steps."})
@@ -76,7 +68,7 @@ class SFTConfig:
         default=1.0, metadata={"help": "Sampling temperature of the estimate (RL's rollouts)."}
     )
     eval_max_new_tokens: int = field(
-        default=128, metadata={"help": "Generation budget per sample of the estimate."}
+        default=256, metadata={"help": "Generation budget per sample of the estimate."}
     )
 
     def __post_init__(self) -> None:

@@ -1,0 +1,155 @@
+"""SFT warm start: assistant-only loss, learning, determinism, atomic outputs, config errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from repro.models import TinyModelConfig, build_tiny, load
+from repro.tasks import synthetic_demonstrations
+from repro.training.sft import (
+    IGNORE,
+    METRICS_FILE,
+    SFTConfig,
+    allocate,
+    collate,
+    encode_demo,
+    lr_factor,
+    run_sft,
+    sft_step,
+)
+
+MICRO = TinyModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        num_key_value_heads=1, head_dim=16, intermediate_size=64)
+
+
+def micro_cfg(**overrides: object) -> SFTConfig:
+    base = {"model": MICRO, "n_demos": 16, "steps": 3, "batch_size": 4, "warmup": 1,
+            "eval_n": 0}
+    return SFTConfig(**(base | overrides))
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tiny(MICRO)[1]
+
+
+def test_labels_cover_exactly_the_assistant_reply_and_eos(tok):
+    demo = synthetic_demonstrations("synth-aime", "train", 1, 0)[0]
+    ids, labels = encode_demo(tok, demo["messages"], 1024)
+    prompt = tok.apply_chat_template(demo["messages"][:-1], add_generation_prompt=True,
+                                     tokenize=False)
+    n_prompt = len(tok(prompt, add_special_tokens=False)["input_ids"])
+    assert len(ids) == len(labels)
+    assert labels[:n_prompt] == [IGNORE] * n_prompt
+    assert labels[n_prompt:] == ids[n_prompt:]
+    reply = demo["messages"][-1]["content"]
+    assert tok.decode(ids[n_prompt:]) == reply + tok.eos_token
+    assert ids[-1] == tok.eos_token_id
+    # the tokens are what generation sees: the templated chat up to the closing <|im_end|>
+    full = tok.apply_chat_template(demo["messages"], tokenize=False)
+    assert full.startswith(tok.decode(ids))
+
+
+def test_too_long_demos_are_dropped_and_padding_is_masked(tok):
+    demos = synthetic_demonstrations("synth-hmmt", "train", 2, 0)
+    assert encode_demo(tok, demos[0]["messages"], 20) is None
+    a, b = (encode_demo(tok, d["messages"], 1024) for d in demos)
+    batch = collate([a, b], tok.pad_token_id)
+    width = max(len(a[0]), len(b[0]))
+    assert batch["input_ids"].shape == (2, width)
+    for row, (ids, _) in enumerate((a, b)):
+        assert batch["attention_mask"][row].sum() == len(ids)
+        assert (batch["labels"][row, len(ids):] == IGNORE).all()
+
+
+def test_loss_decreases_on_a_fixed_batch(tok):
+    model, _ = build_tiny(MICRO)
+    model.train()
+    demos = synthetic_demonstrations("synth-aime", "train", 2, 0)
+    batch = collate([encode_demo(tok, d["messages"], 1024) for d in demos], tok.pad_token_id)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = [sft_step(model, optimizer, batch, grad_clip=1.0) for _ in range(6)]
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_schedule_warms_up_then_decays():
+    factors = [lr_factor(s, 2, 10) for s in range(10)]
+    assert factors[:2] == [0.5, 1.0]
+    assert all(x >= y for x, y in zip(factors[1:], factors[2:]))
+    assert factors[-1] > 0.1
+
+
+def test_allocate_sums_to_n_by_weight():
+    assert allocate({"a": 1.0, "b": 1.0}, 5) in ({"a": 3, "b": 2}, {"a": 2, "b": 3})
+    assert allocate({"a": 3.0, "b": 1.0}, 8) == {"a": 6, "b": 2}
+
+
+def test_run_writes_a_loadable_model_and_metrics(tmp_path):
+    out = tmp_path / "sft"
+    metrics = run_sft(micro_cfg(tasks={"synth-aime": 1.0, "synth-hmmt": 1.0}, eval_n=4,
+                                eval_max_new_tokens=8), out)
+    model, tok = load(out)
+    assert tok.chat_template is not None
+    assert model.config.hidden_size == MICRO.hidden_size
+    saved = json.loads((out / METRICS_FILE).read_text())
+    assert saved["n_demos"] == 16 and saved["demo_forms"] == {"A": 8, "B": 8}
+    assert len(saved["loss"]["curve"]) == 3 and saved["tokens_per_s"] > 0
+    reward = saved["train_reward"]
+    assert reward["n"] == 4 and set(reward["per_task"]) == {"synth-aime", "synth-hmmt"}
+    assert 0.0 <= reward["mean"] <= 1.0 and sum(reward["forms"].values()) == 4
+    assert saved["config"]["model"]["hidden_size"] == MICRO.hidden_size
+    assert metrics["loss"] == saved["loss"]
+    assert not [p for p in tmp_path.iterdir() if p.name != "sft"]  # no temp dirs left behind
+
+
+def test_refuses_to_replace_a_foreign_folder(tmp_path):
+    (tmp_path / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match="not an SFT output"):
+        run_sft(micro_cfg(), tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
+
+
+def test_same_seed_gives_identical_weights_and_fine_tunes_a_saved_model(tmp_path):
+    run_sft(micro_cfg(), tmp_path / "a")
+    run_sft(micro_cfg(), tmp_path / "b")
+    run_sft(micro_cfg(seed=1), tmp_path / "c")
+    weights = {k: load(tmp_path / k)[0].state_dict() for k in "abc"}
+    assert all(torch.equal(v, weights["b"][n]) for n, v in weights["a"].items())
+    assert not all(torch.equal(v, weights["c"][n]) for n, v in weights["a"].items())
+    run_sft(micro_cfg(model=str(tmp_path / "a"), steps=1, warmup=0), tmp_path / "d")
+    tuned = load(tmp_path / "d")[0].state_dict()
+    assert not all(torch.equal(v, tuned[n]) for n, v in weights["a"].items())
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tasks", {}),
+        ("tasks", {"synth-nope": 1.0}),
+        ("tasks", {"synth-aime": 0.0}),
+        ("model", 3),
+        ("n_demos", 0),
+        ("n_demos", 10**7),
+        ("steps", 0),
+        ("batch_size", 1.5),
+        ("lr", 0.0),
+        ("warmup", 10**6),
+        ("weight_decay", -1.0),
+        ("grad_clip", float("nan")),
+        ("max_len", 10**6),
+        ("seed", -1),
+        ("eval_n", -1),
+        ("eval_temperature", -0.5),
+        ("eval_max_new_tokens", 0),
+    ],
+)
+def test_bad_config_names_the_field(field, value):
+    with pytest.raises(ValueError, match=rf"SFTConfig\.{field} "):
+        SFTConfig(**{field: value})
+
+
+def test_model_given_as_a_mapping_becomes_a_tiny_config():
+    assert SFTConfig(model={"hidden_size": 32}).model == TinyModelConfig(hidden_size=32)
