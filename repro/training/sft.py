@@ -53,9 +53,9 @@ class SFTConfig:
                           "tuned size) or the path / hub id of a model to fine-tune."},
     )
     n_demos: int = field(default=8000, metadata={"help": "Demonstrations (train problems)."})
-    steps: int = field(default=600, metadata={"help": "Optimizer steps."})
-    batch_size: int = field(default=32, metadata={"help": "Demonstrations per step."})
-    lr: float = field(default=3e-3, metadata={"help": "Peak AdamW learning rate."})
+    steps: int = field(default=4000, metadata={"help": "Optimizer steps."})
+    batch_size: int = field(default=16, metadata={"help": "Demonstrations per step."})
+    lr: float = field(default=5e-3, metadata={"help": "Peak AdamW learning rate."})
     warmup: int = field(default=30, metadata={"help": "Linear warm-up steps, then cosine."})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
     grad_clip: float = field(default=1.0, metadata={"help": "Max global gradient norm."})
