@@ -28,8 +28,9 @@ from repro.generation.base import SamplingConfig
 from repro.generation.hf import HFEngine
 from repro.models import TinyModelConfig, build_tiny, load
 from repro.models.tiny import _atomic_save
-from repro.tasks import SYNTHETIC, synthetic_demonstrations, synthetic_probes, synthetic_rows
-from repro.tasks import synthetic_size
+from repro.tasks import (
+    SYNTHETIC, synthetic_demonstrations, synthetic_probes, synthetic_rows, synthetic_size,
+)
 from repro.tasks.base import Probe
 
 IGNORE = -100  # label of tokens that carry no loss (prompt, padding)
@@ -37,6 +38,8 @@ METRICS_FILE = "sft_metrics.json"
 MIN_LR_RATIO = 0.1  # cosine decays to this fraction of lr: late steps still learn a little
 _EVAL_BATCH = 64  # prompts per generate call of the train-reward estimate
 _CURVE_POINTS = 25  # loss-curve points kept in the metrics
+_INT_FLOORS = {"n_demos": 1, "steps": 1, "batch_size": 1, "warmup": 0, "max_len": 2, "seed": 0,
+               "eval_n": 0, "eval_max_new_tokens": 1}
 
 
 @dataclass
@@ -87,19 +90,15 @@ class SFTConfig:
                       self.tasks)
             if not isinstance(weight, (int, float)) or not 0 < weight < math.inf:
                 _fail("tasks", f"weight of {name!r} must be a finite number > 0", self.tasks)
-        ints = {"n_demos": 1, "steps": 1, "batch_size": 1, "warmup": 0, "max_len": 2, "seed": 0,
-                "eval_n": 0, "eval_max_new_tokens": 1}
-        for name, low in ints.items():
+        for name, low in _INT_FLOORS.items():
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 _fail(name, f"must be an int >= {low}", value)
-        positive = {"lr": self.lr > 0, "grad_clip": self.grad_clip > 0,
-                    "weight_decay": self.weight_decay >= 0, "eval_temperature":
-                    self.eval_temperature >= 0}
-        for name, ok in positive.items():
-            if not ok or not math.isfinite(getattr(self, name)):
-                _fail(name, "must be a finite number (> 0; >= 0 for weight_decay and "
-                      "eval_temperature)", getattr(self, name))
+        for name in ("lr", "grad_clip", "weight_decay", "eval_temperature"):
+            value, strict = getattr(self, name), name in ("lr", "grad_clip")
+            if not isinstance(value, (int, float)) or not 0 <= value < math.inf or \
+                    (strict and value == 0):
+                _fail(name, f"must be a finite number {'>' if strict else '>='} 0", value)
         if self.warmup > self.steps:
             _fail("warmup", f"must be <= steps ({self.steps})", self.warmup)
         if isinstance(self.model, TinyModelConfig) and self.max_len > \
@@ -189,11 +188,6 @@ def _batches(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
         stream = stream[batch_size:]
 
 
-def _problem_id_field(task: str) -> str:
-    spec = get_benchmark(task)
-    return next(hub for hub, target in spec.fields.items() if target == "problem_id")
-
-
 def _make_grader(task: str) -> Any:
     """The task's real grader; code needs a working sandbox, checked before any training."""
     if get_benchmark(task).grader == "math":
@@ -254,6 +248,43 @@ def estimate_reward(
             "n_seen": sum(in_sft), "forms": {k: forms[k] for k in ("A", "B", "other")}}
 
 
+def _train(
+    model: PreTrainedModel, pad_id: int, examples: list[tuple[list[int], list[int]]],
+    cfg: SFTConfig,
+) -> dict[str, Any]:
+    """The optimisation loop: AdamW (no decay on norms), warm-up + cosine, clipped gradients."""
+    torch.manual_seed(cfg.seed)  # the data order is seeded separately, in _batches
+    model.train()
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]  # norms: decay would shrink them
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, cfg.warmup, cfg.steps))
+    losses, tokens, target_tokens = [], 0, 0
+    batches = _batches(len(examples), cfg.batch_size, cfg.seed)
+    start = time.perf_counter()
+    bar = tqdm(range(cfg.steps), desc="sft", unit="step")
+    for step in bar:
+        batch = collate([examples[i] for i in next(batches)], pad_id)
+        losses.append(sft_step(model, optimizer, batch, cfg.grad_clip))
+        scheduler.step()
+        tokens += int(batch["attention_mask"].sum())
+        target_tokens += int((batch["labels"] != IGNORE).sum())
+        if step % 10 == 0 or step == cfg.steps - 1:
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+    seconds = time.perf_counter() - start
+    model.eval()
+    tail = losses[-max(1, len(losses) // 10):]
+    every = max(1, len(losses) // _CURVE_POINTS)
+    return {
+        "loss": {"first": losses[0], "final": sum(tail) / len(tail), "min": min(losses),
+                 "curve": [[s, losses[s]] for s in range(0, len(losses), every)]},
+        "tokens": tokens, "target_tokens": target_tokens, "tokens_per_s": tokens / seconds,
+        "train_time_s": seconds,
+    }
+
+
 def run_sft(cfg: SFTConfig, out_dir: str | Path) -> dict[str, Any]:
     """Train, estimate the train reward, save model + tokenizer + metrics; returns the metrics.
 
@@ -265,66 +296,39 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path) -> dict[str, Any]:
         raise FileExistsError(f"{out} is a non-empty folder that is not an SFT output; refusing "
                               "to replace it")
     start = time.perf_counter()
-    graders = {task: _make_grader(task) for task in cfg.tasks} if cfg.eval_n else {}
-    if isinstance(cfg.model, TinyModelConfig):
-        model, tok = build_tiny(cfg.model)
-    else:
-        model, tok = load(cfg.model)
+    tiny = isinstance(cfg.model, TinyModelConfig)
+    model, tok = build_tiny(cfg.model) if tiny else load(cfg.model)
     if tok.chat_template is None or tok.pad_token_id is None:
         _fail("model", "must have a tokenizer with a chat template and a pad token", cfg.model)
     demos, seen = [], {}
     for task, n in allocate(cfg.tasks, cfg.n_demos).items():
         task_demos = synthetic_demonstrations(task, "train", n, cfg.seed)
-        seen[task] = {str(d[_problem_id_field(task)]) for d in task_demos}
+        id_field = next(h for h, t in get_benchmark(task).fields.items() if t == "problem_id")
+        seen[task] = {str(d[id_field]) for d in task_demos}
         demos += task_demos
     encoded = [encode_demo(tok, d["messages"], cfg.max_len) for d in demos]
-    examples = [e for e in encoded if e is not None]
-    if not examples:
+    kept = [(d, e) for d, e in zip(demos, encoded, strict=True) if e is not None]
+    if not kept:
         _fail("max_len", "drops every demonstration; raise it", cfg.max_len)
-
-    torch.manual_seed(cfg.seed)
-    model.train()
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]  # norms: decay would shrink them
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, cfg.warmup, cfg.steps))
-    losses, tokens, target_tokens = [], 0, 0
-    batches = _batches(len(examples), cfg.batch_size, cfg.seed)
-    train_start = time.perf_counter()
-    bar = tqdm(range(cfg.steps), desc="sft", unit="step")
-    for step in bar:
-        batch = collate([examples[i] for i in next(batches)], tok.pad_token_id)
-        losses.append(sft_step(model, optimizer, batch, cfg.grad_clip))
-        scheduler.step()
-        tokens += int(batch["attention_mask"].sum())
-        target_tokens += int((batch["labels"] != IGNORE).sum())
-        if step % 10 == 0 or step == cfg.steps - 1:
-            bar.set_postfix(loss=f"{losses[-1]:.4f}")
-    train_time = time.perf_counter() - train_start
-    model.eval()
-
-    eval_start = time.perf_counter()
-    reward = estimate_reward(model, tok, cfg, graders, seen) if cfg.eval_n else None
-    for grader in graders.values():
-        if hasattr(grader, "close"):
-            grader.close()
-    tail = losses[-max(1, len(losses) // 10):]
-    every = max(1, len(losses) // _CURVE_POINTS)
-    metrics = {
-        "config": dataclasses.asdict(cfg),
-        "n_params": sum(p.numel() for p in model.parameters()),
-        "n_demos": len(examples), "n_dropped_too_long": len(encoded) - len(examples),
-        "demo_forms": dict(Counter(d["form"] for d, e in zip(demos, encoded) if e is not None)),
-        "loss": {"first": losses[0], "final": sum(tail) / len(tail), "min": min(losses),
-                 "curve": [[s, losses[s]] for s in range(0, len(losses), every)]},
-        "train_reward": reward,
-        "tokens": tokens, "target_tokens": target_tokens,
-        "tokens_per_s": tokens / train_time, "train_time_s": train_time,
-        "eval_time_s": time.perf_counter() - eval_start,
-        "wall_time_s": time.perf_counter() - start, "torch_threads": torch.get_num_threads(),
-    }
+    graders = {task: _make_grader(task) for task in cfg.tasks} if cfg.eval_n else {}
+    try:  # graders first: a missing sandbox fails before the training time is spent
+        metrics: dict[str, Any] = {
+            "config": dataclasses.asdict(cfg),
+            "n_params": sum(p.numel() for p in model.parameters()),
+            "n_demos": len(kept), "n_dropped_too_long": len(demos) - len(kept),
+            "demo_forms": dict(Counter(d["form"] for d, _ in kept)),
+            **_train(model, tok.pad_token_id, [e for _, e in kept], cfg),
+        }
+        eval_start = time.perf_counter()
+        metrics["train_reward"] = (estimate_reward(model, tok, cfg, graders, seen)
+                                   if cfg.eval_n else None)
+        metrics["eval_time_s"] = time.perf_counter() - eval_start
+    finally:
+        for grader in graders.values():
+            if hasattr(grader, "close"):
+                grader.close()
+    metrics["wall_time_s"] = time.perf_counter() - start
+    metrics["torch_threads"] = torch.get_num_threads()
 
     def save(d: Path) -> None:
         model.save_pretrained(d)
