@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -78,7 +79,7 @@ def test_loss_decreases_on_a_fixed_batch(tok):
 def test_schedule_warms_up_then_decays():
     factors = [lr_factor(s, 2, 10) for s in range(10)]
     assert factors[:2] == [0.5, 1.0]
-    assert all(x >= y for x, y in zip(factors[1:], factors[2:]))
+    assert all(x >= y for x, y in itertools.pairwise(factors[1:]))
     assert factors[-1] > 0.1
 
 

@@ -4,6 +4,17 @@ RL from a random policy gets no reward and hence no signal, so every RL run star
 checkpoint: a model that solves a fair share, but not all, of its training problems (groups with
 mixed rewards are the ones that carry gradient). The demonstrations use the two equally correct
 surface forms half-and-half, so P(A) ~ P(B) before RL, which the drift metrics need.
+
+Defaults, tuned on the 2-core CPU box: the default ~81k-parameter tiny Qwen3, 8,000 synth-aime
+demonstrations, 7,000 steps of 8 (7 epochs), AdamW lr 2e-3, 60 warm-up steps, cosine to 0.1x.
+Seed 0 takes ~3.6 min (~52k tokens/s) and reaches a sampled train reward (T=1) of 0.30, with
+A/B balanced (19/20 of the completions that reach the branch point). The arithmetic is learned in
+a sudden transition whose timing depends on the data seed (and, as runs are not bitwise equal
+across machines, on the machine): the teacher-forced solve probability after 7,000 steps was
+0.33 / 0.49 / 0.50 / 0.17 for seeds 0-3, so read `train_reward` in `sft_metrics.json` before RL.
+4,000 steps of 16 at lr 5e-3 is ~10% faster but less robust: 0.48 / 0.44 / 0.08 for seeds 0-2
+(seed 3 was at 0.07 after 4,000 steps of 16). A 0.3M-parameter model learned less per second;
+more distinct demonstrations or weight decay 0.1-0.5 did not make the transition earlier.
 """
 
 from __future__ import annotations
@@ -17,7 +28,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from tqdm import tqdm
@@ -29,7 +40,11 @@ from repro.generation.hf import HFEngine
 from repro.models import TinyModelConfig, build_tiny, load
 from repro.models.tiny import _atomic_save
 from repro.tasks import (
-    SYNTHETIC, synthetic_demonstrations, synthetic_probes, synthetic_rows, synthetic_size,
+    SYNTHETIC,
+    synthetic_demonstrations,
+    synthetic_probes,
+    synthetic_rows,
+    synthetic_size,
 )
 from repro.tasks.base import Probe
 
@@ -56,10 +71,10 @@ class SFTConfig:
                           "tuned size) or the path / hub id of a model to fine-tune."},
     )
     n_demos: int = field(default=8000, metadata={"help": "Demonstrations (train problems)."})
-    steps: int = field(default=4000, metadata={"help": "Optimizer steps."})
-    batch_size: int = field(default=16, metadata={"help": "Demonstrations per step."})
-    lr: float = field(default=5e-3, metadata={"help": "Peak AdamW learning rate."})
-    warmup: int = field(default=30, metadata={"help": "Linear warm-up steps, then cosine."})
+    steps: int = field(default=7000, metadata={"help": "Optimizer steps."})
+    batch_size: int = field(default=8, metadata={"help": "Demonstrations per step."})
+    lr: float = field(default=2e-3, metadata={"help": "Peak AdamW learning rate."})
+    warmup: int = field(default=60, metadata={"help": "Linear warm-up steps, then cosine."})
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay."})
     grad_clip: float = field(default=1.0, metadata={"help": "Max global gradient norm."})
     max_len: int = field(default=1024, metadata={"help": "Longer demonstrations are dropped."})
@@ -111,7 +126,7 @@ class SFTConfig:
                       f"{synthetic_size(name, 'train')} train problems (need >= 1)", self.n_demos)
 
 
-def _fail(name: str, rule: str, value: object) -> None:
+def _fail(name: str, rule: str, value: object) -> NoReturn:
     raise ValueError(f"SFTConfig.{name} {rule}, got {value!r}")
 
 
@@ -201,7 +216,7 @@ def _make_grader(task: str) -> Any:
 
 
 def _form_of(probe: Probe, text: str) -> str:
-    """"A"/"B" when the completion reaches the forms' branch point and takes one, else "other"."""
+    """Form "A"/"B" when the completion reaches the branch point and takes one, else "other"."""
     cut = len(probe.branch_prefix)
     if text.startswith(probe.branch_prefix):
         for label, form in (("A", probe.form_a), ("B", probe.form_b)):
@@ -232,12 +247,13 @@ def estimate_reward(
         prompts = [tok.apply_chat_template(build_messages(spec, p), tokenize=False,
                                            add_generation_prompt=True) for p in problems]
         texts = [c[0].text for c in engine.generate(prompts, sampling)]
-        grades = graders[task].grade_many(list(zip(problems, texts, strict=True)))
+        pairs = list(zip(problems, texts, strict=True))
+        grades = graders[task].grade_many(pairs)
         task_rewards = [float(g.correct) for g in grades]
         per_task[task] = sum(task_rewards) / n
         rewards += task_rewards
         in_sft += [p.problem_id in seen[task] for p in problems]
-        forms.update(_form_of(probes[p.problem_id], t) for p, t in zip(problems, texts))
+        forms.update(_form_of(probes[p.problem_id], t) for p, t in pairs)
 
     def mean(flags: list[bool]) -> float | None:
         picked = [r for r, f in zip(rewards, flags, strict=True) if f]
