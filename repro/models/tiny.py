@@ -7,16 +7,13 @@ checkpoint loaded through `repro.models.load`.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
+from repro.atomic import atomic_dir
 from repro.models.tokenizer import build_tokenizer
 
 _POSITIVE_INTS = (
@@ -131,33 +128,5 @@ def build_tiny(
             model.save_pretrained(d)
             tok.save_pretrained(d)
 
-        _atomic_save(Path(out_dir), save)
+        atomic_dir(Path(out_dir), save)
     return model, tok
-
-
-def _atomic_save(out_dir: Path, save: Callable[[Path], None]) -> None:
-    """Run ``save`` into a sibling temp dir, then rename it onto ``out_dir``.
-
-    Readers never see a half-written ``out_dir``: on failure the temp dir is
-    removed and any previous ``out_dir`` is kept as it was.
-    """
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        save(tmp)
-        if out_dir.exists():
-            # os.replace cannot overwrite a non-empty dir: move the old one aside first.
-            old = tmp.with_name(tmp.name + "-old")
-            os.replace(out_dir, old)
-            try:
-                os.replace(tmp, out_dir)
-            except BaseException:
-                os.replace(old, out_dir)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-

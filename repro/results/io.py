@@ -7,9 +7,7 @@ writer checks it; a partial file is never left under the final name.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from repro import __version__
+from repro.atomic import atomic_file
 
 
 def git_revision() -> str:
@@ -54,13 +53,7 @@ def write_table(
     meta[b"git_revision"] = git_revision().encode()
     meta[b"config"] = json.dumps(config or {}, sort_keys=True, default=str).encode()
     table = table.replace_schema_metadata(meta)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_file(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
     return table
 
 

@@ -35,10 +35,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import statistics
-import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +47,7 @@ import torch
 from torch import Tensor
 
 from repro import __version__
+from repro.atomic import atomic_file
 from repro.objectives import LossConfig, Minibatch, group_advantages, make_config, policy_loss
 from repro.objectives.base import require
 from repro.theory.policy import TEMPLATE_CONTEXTS, VOCAB, Rollout, TabularPolicy
@@ -180,7 +178,7 @@ def run_theory(cfg: TheoryConfig, out: Path) -> pa.Table:
         torch.set_num_threads(threads)
     table = pa.Table.from_pylist(rows, schema=SCHEMA).replace_schema_metadata(_metadata(cfg))
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "theory.parquet", lambda tmp: pq.write_table(table, tmp))
+    atomic_file(out / "theory.parquet", lambda tmp: pq.write_table(table, tmp))
     plot_theory(table, out)
     print(summary(table))
     return table
@@ -196,20 +194,6 @@ def _metadata(cfg: TheoryConfig) -> dict[str, str]:
         "algorithms": json.dumps(algorithms),
         "repro_version": __version__,
     }
-
-
-def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
-    """Write via a temp file in the same folder, then os.replace: readers never see a half file.
-
-    The temp file is created by `write` itself (not mkstemp), so it gets the usual umask
-    permissions rather than 0600.
-    """
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def summary(table: pa.Table) -> str:

@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 
-from repro.theory.experiment import write_atomic  # noqa: E402
+from repro.atomic import atomic_file  # noqa: E402
 
 STYLES = ["-", "--", "-.", ":"]  # overlapping curves (grpo == grpo_fix when nothing clips)
 PANELS = (
@@ -43,7 +43,7 @@ def plot_theory(table: pa.Table, out: Path) -> None:
             ax.grid(alpha=0.3)
         axes[0].legend(fontsize=8)
         for ext in ("png", "pdf"):
-            write_atomic(out / f"theory.{ext}", lambda tmp, ext=ext: fig.savefig(tmp, format=ext))
+            atomic_file(out / f"theory.{ext}", lambda tmp, ext=ext: fig.savefig(tmp, format=ext))
         plt.close(fig)
 
 

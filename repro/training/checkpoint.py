@@ -7,15 +7,14 @@ a run killed at any point resumes from the newest one. Resumable state lives und
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from repro.atomic import atomic_dir
 
 STATE_FILE = "trainer_state.pt"
 
@@ -23,11 +22,9 @@ STATE_FILE = "trainer_state.pt"
 def save_checkpoint(
     run_dir: Path, step: int, model, tokenizer, optimizer, state: dict[str, Any]
 ) -> Path:
-    root = run_dir / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step:06d}"
-    tmp = root / f".tmp-{uuid.uuid4().hex}"
-    try:
+    final = run_dir / "checkpoints" / f"step_{step:06d}"
+
+    def write(tmp: Path) -> None:
         model.save_pretrained(tmp / "policy")
         tokenizer.save_pretrained(tmp / "policy")
         torch.save({
@@ -36,11 +33,8 @@ def save_checkpoint(
                     "python": random.getstate()},
             "state": state,
         }, tmp / STATE_FILE)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    atomic_dir(final, write)
     return final
 
 

@@ -11,16 +11,15 @@ Parquet row per step; checkpoints at `checkpoint_every` steps and at budget frac
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm import tqdm
 
+from repro.atomic import atomic_dir
 from repro.diagnostics import cancellation_metrics, token_coefficients
 from repro.generation.base import SamplingConfig
 from repro.generation.hf import HFEngine
@@ -183,10 +182,6 @@ def write_log(out: Path, rows: list[dict[str, Any]], cfg: TrainConfig) -> None:
 
 
 def save_final(out: Path, model, tok) -> Path:
-    final, tmp = out / "final", out / f".final-{uuid.uuid4().hex}"
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    final = out / "final"
+    atomic_dir(final, lambda tmp: (model.save_pretrained(tmp), tok.save_pretrained(tmp)))
     return final

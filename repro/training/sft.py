@@ -37,8 +37,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from repro.benchmarks import build_messages, get_benchmark, row_to_problem
 from repro.generation.base import SamplingConfig
 from repro.generation.hf import HFEngine
+from repro.atomic import atomic_dir
 from repro.models import TinyModelConfig, build_tiny, load
-from repro.models.tiny import _atomic_save
 from repro.tasks import (
     SYNTHETIC,
     synthetic_demonstrations,
@@ -351,5 +351,5 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path) -> dict[str, Any]:
         tok.save_pretrained(d)
         (d / METRICS_FILE).write_text(json.dumps(metrics, indent=2) + "\n")
 
-    _atomic_save(out, save)
+    atomic_dir(out, save)
     return metrics
