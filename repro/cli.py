@@ -82,6 +82,12 @@ def train(
     label: Annotated[str | None, typer.Option(help="Run label in the log (default: algorithm).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue from the newest checkpoint in --out.")] = False,
     threads: Annotated[int | None, typer.Option(help=THREADS_HELP)] = None,
+    fingerprint: Annotated[str, typer.Option(
+        help="Stored with each checkpoint (the pipeline passes its source digest); --resume "
+             "continues only a checkpoint with the same fingerprint and config.")] = "",
+    export: Annotated[Path | None, typer.Option(
+        help="When done, copy train_log.parquet, policy/frac=F/ per budget fraction and "
+             "manifest.json here (the pipeline's outputs; --out keeps the resumable state).")] = None,
 ) -> None:
     """RL-train a policy. Extra arguments are KEY=VALUE overrides of the config, e.g.
     `algorithm=dfpo objective.transform=orth_proj steps=40` (fields: see TrainConfig)."""
@@ -94,14 +100,21 @@ def train(
         typer.echo(f"repro train: {err}", err=True)
         raise typer.Exit(2) from None
     _set_threads(threads)
-    run_train(cfg, out, label=label, resume=resume)
+    run_train(cfg, out, label=label, resume=resume, fingerprint=fingerprint)
+    if export is not None:
+        from repro.training.export import export_run
+
+        export_run(out, export)
 
 
 @app.command("eval")
 def eval_(
     model: Annotated[str, typer.Option(help="Local model folder or hub id (Qwen/Qwen3-32B).")],
-    benchmark: Annotated[str, typer.Option(help="aime25, hmmt25, livecodebench, synth-aime, ...")],
+    benchmark: Annotated[list[str], typer.Option(
+        help="aime25, hmmt25, livecodebench, synth-aime, ...; repeat for several (one model load).")],
     out: Annotated[Path, typer.Option(help="Output folder (samples.parquet, problems.parquet).")],
+    split: Annotated[bool, typer.Option(
+        help="Write each benchmark to OUT/benchmark=NAME/ (required for several).")] = False,
     k: Annotated[int | None, typer.Option(help="Samples per problem (default: the benchmark's).")] = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N problems.")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Offline mirror of the datasets.")] = None,
@@ -118,18 +131,18 @@ def eval_(
 ) -> None:
     """Evaluate a model on a benchmark: k samples per problem, graded, written as Parquet."""
     from repro.benchmarks import DatasetUnavailable
-    from repro.evaluation.runner import EvalConfig, run_eval
+    from repro.evaluation.runner import EvalConfig, run_eval_suite
     from repro.sandbox import SandboxUnavailable
 
     overrides = {"temperature": temperature, "max_new_tokens": max_new_tokens}
     cfg = EvalConfig(
-        model=model, benchmark=benchmark, out=out, k=k, limit=limit, data_dir=data_dir,
+        model=model, benchmark=benchmark[0], out=out, k=k, limit=limit, data_dir=data_dir,
         checkpoint=checkpoint, engine=engine, batch_size=batch_size, seed=seed,
         sampling={key: v for key, v in overrides.items() if v is not None}, workers=workers,
         unsafe_no_sandbox=unsafe_no_sandbox,
     )
     try:
-        run_eval(cfg)
+        run_eval_suite(cfg, benchmark, split)
     except (DatasetUnavailable, SandboxUnavailable, ValueError) as err:
         typer.echo(f"repro eval: {err}", err=True)
         raise typer.Exit(2) from None
@@ -188,3 +201,13 @@ def bench_logprobs(
         tokens=tokens, vocab=vocab, hidden=hidden, chunk_size=chunk_size, repeats=repeats
     ))
 
+
+
+def _register_reporting() -> None:
+    """`repro aggregate`, `repro tables`, `repro figures`, `repro paper-reference` (repro/reporting)."""
+    from repro.reporting.commands import register
+
+    register(app)
+
+
+_register_reporting()

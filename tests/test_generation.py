@@ -110,6 +110,9 @@ class FakeLLM:
     def __init__(self, **kwargs):
         self.kwargs = kwargs
 
+    def get_tokenizer(self):
+        return "the model's tokenizer"
+
     def generate(self, prompts, params):
         self.params = params
         return [
@@ -136,6 +139,9 @@ def test_vllm_engine_maps_sampling_and_outputs(monkeypatch):
     assert [c.text for c in out[1]] == ["b-0", "b-1"]
     assert [c.finish_reason for c in out[0]] == ["stop", "length"]
     assert out[0][0].logprobs == (-0.5, -1.5)
+    # evaluation renders prompts with the engine's tokenizer; no GPU visible -> one-way TP
+    assert engine.tokenizer == "the model's tokenizer"
+    assert engine.llm.kwargs["tensor_parallel_size"] == 1
 
 
 def test_vllm_engine_missing_is_a_clear_error(monkeypatch):

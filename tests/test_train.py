@@ -162,3 +162,40 @@ def test_real_prompt_sets_load_through_the_evaluation_loader(tmp_path):
     picks = stream.at(3)
     assert picks == stream.at(3) and len(picks) == 6  # a pure function of (seed, step)
     assert {name for name, _ in picks} <= {"openr1-math", "lcb-train"}
+
+
+def test_resume_only_from_the_same_config_and_fingerprint(tiny_model, tmp_path, hashed, capsys):
+    """A pipeline rerun after a code or config change must not continue the old run's state."""
+    cfg = TrainConfig(**small(tiny_model, steps=2, checkpoint_fractions=[0.5, 1.0]))
+    train(cfg, tmp_path, resume=True, fingerprint="code-a")
+    capsys.readouterr()
+    train(cfg, tmp_path, resume=True, fingerprint="code-a")
+    assert "resuming from" in capsys.readouterr().out
+    train(cfg, tmp_path, resume=True, fingerprint="code-b")
+    assert "starting over" in capsys.readouterr().out
+    other = TrainConfig(**small(tiny_model, steps=2, checkpoint_fractions=[0.5, 1.0], lr=2e-3))
+    train(other, tmp_path, resume=True, fingerprint="code-b")
+    assert "starting over" in capsys.readouterr().out
+
+
+def test_export_copies_log_and_one_policy_per_budget_fraction(tiny_model, tmp_path, hashed):
+    from repro.models import load
+    from repro.training.export import export_run
+
+    cfg = TrainConfig(**small(tiny_model, steps=4, checkpoint_fractions=[0.5, 1.0]))
+    train(cfg, tmp_path / "scratch")
+    dest = export_run(tmp_path / "scratch", tmp_path / "run")
+    manifest = json.loads((dest / "manifest.json").read_text())
+    assert manifest["fraction_steps"] == {"0.5": 2, "1.0": 4}
+    assert (dest / "train_log.parquet").read_bytes() == (tmp_path / "scratch" / "train_log.parquet").read_bytes()
+    ids = torch.tensor([[5, 6, 7, 8]])
+    logits = {name: load(dest / "policy" / f"frac={name}")[0](ids).logits for name in ("0.5", "1.0")}
+    final = load(tmp_path / "scratch" / "final")[0](ids).logits
+    assert torch.equal(logits["1.0"], final) and not torch.equal(logits["0.5"], final)
+
+
+def test_export_refuses_an_unfinished_run(tiny_model, tmp_path):
+    from repro.training.export import export_run
+
+    with pytest.raises(FileNotFoundError, match="has not finished"):
+        export_run(tmp_path / "never-trained", tmp_path / "run")

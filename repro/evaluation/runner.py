@@ -114,6 +114,22 @@ def run_eval(cfg: EvalConfig, engine: Any | None = None) -> dict[str, Path]:
     return paths
 
 
+def run_eval_suite(cfg: EvalConfig, benchmarks: list[str], split: bool) -> list[dict[str, Path]]:
+    """Several benchmarks with one engine (one model load, one vLLM start-up). With `split`, each
+    benchmark's files go to `cfg.out/benchmark=NAME/` (the pipeline's hive layout)."""
+    if len(benchmarks) > 1 and not split:
+        raise ValueError(f"{len(benchmarks)} benchmarks need one folder each: pass --split")
+    from repro.generation.factory import make_engine
+
+    engine = make_engine(cfg.model, cfg.engine, batch_size=cfg.batch_size, seed=cfg.seed)
+    return [
+        run_eval(dataclasses.replace(cfg, benchmark=name,
+                                     out=cfg.out / f"benchmark={name}" if split else cfg.out),
+                 engine=engine)
+        for name in benchmarks
+    ]
+
+
 def render(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     """The model's own chat template, with the generation prompt."""
     if tokenizer is None or getattr(tokenizer, "chat_template", None) is None:

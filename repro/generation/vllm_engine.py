@@ -28,13 +28,17 @@ class VLLMEngine:
         self,
         model: str,
         *,
-        tensor_parallel_size: int = 1,
+        tensor_parallel_size: int | None = None,
         gpu_memory_utilization: float = 0.9,
         max_model_len: int | None = None,
         dtype: str = "auto",
         seed: int = 0,
     ) -> None:
         vllm = _vllm()
+        if tensor_parallel_size is None:  # every visible GPU (the SLURM profile sets how many)
+            import torch
+
+            tensor_parallel_size = max(1, torch.cuda.device_count())
         self._sampling_params = vllm.SamplingParams
         self.llm = vllm.LLM(
             model=model,
@@ -44,6 +48,7 @@ class VLLMEngine:
             dtype=dtype,
             seed=seed,
         )
+        self.tokenizer = self.llm.get_tokenizer()  # prompts are rendered with its chat template
 
     def sampling_params(self, sampling: SamplingConfig, index: int, return_logprobs: bool) -> Any:
         """One request's parameters; request i gets seed + i so samples differ across prompts."""

@@ -1,6 +1,27 @@
 """Result tables: pyarrow schemas defined once, and a checked, atomic Parquet writer."""
 
-from repro.results.io import read_table, write_table
-from repro.results.schemas import EVAL_PROBLEMS, EVAL_SAMPLES, TRAIN_LOG
+from repro.results.io import read_table, write_arrow, write_table
+from repro.results.schemas import (
+    AGG_EVAL_PROBLEMS,
+    AGG_EVAL_SAMPLES,
+    AGG_RUNS,
+    AGG_TRAIN_CURVES,
+    EVAL_PROBLEMS,
+    EVAL_SAMPLES,
+    PAPER_REFERENCE,
+    TRAIN_LOG,
+)
 
-__all__ = ["EVAL_PROBLEMS", "EVAL_SAMPLES", "TRAIN_LOG", "read_table", "write_table"]
+__all__ = [
+    "AGG_EVAL_PROBLEMS",
+    "AGG_EVAL_SAMPLES",
+    "AGG_RUNS",
+    "AGG_TRAIN_CURVES",
+    "EVAL_PROBLEMS",
+    "EVAL_SAMPLES",
+    "PAPER_REFERENCE",
+    "TRAIN_LOG",
+    "read_table",
+    "write_arrow",
+    "write_table",
+]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +45,48 @@ def write_table(
     if missing:
         raise ValueError(f"{path}: rows lack column(s) {missing} of schema {schema.metadata.get(b'schema_name')}")
     table = pa.Table.from_pylist(list(rows), schema=schema)
-    for field in schema:
-        if not field.nullable and table.column(field.name).null_count:
-            raise ValueError(f"{path}: column {field.name!r} is not nullable but has nulls")
+    written = write_arrow(table, schema, path, config=config)
+    return table.replace_schema_metadata(written.metadata)
+
+
+def write_arrow(
+    tables: pa.Table | Iterable[pa.Table],
+    schema: pa.Schema,
+    path: str | Path,
+    *,
+    config: Mapping[str, Any] | None = None,
+) -> pa.Schema:
+    """Write one table, or chunks in order, under `schema`: nulls checked, provenance metadata,
+    atomic. Chunks are streamed (an aggregate of many files never sits in memory at once); a
+    failing chunk leaves no file. Returns the written schema (with its metadata)."""
+    path = Path(path)
     meta = dict(schema.metadata or {})
     meta[b"repro_version"] = __version__.encode()
     meta[b"git_revision"] = git_revision().encode()
     meta[b"config"] = json.dumps(config or {}, sort_keys=True, default=str).encode()
-    table = table.replace_schema_metadata(meta)
-    atomic_file(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
-    return table
+    written = schema.with_metadata(meta)
+    chunks = [tables] if isinstance(tables, pa.Table) else tables
+
+    def write(tmp: Path) -> None:
+        with pq.ParquetWriter(tmp, written, compression="zstd") as writer:
+            for chunk in chunks:
+                writer.write_table(_checked(chunk, written, path))
+
+    atomic_file(path, write)
+    return written
+
+
+def _checked(table: pa.Table, schema: pa.Schema, path: Path) -> pa.Table:
+    """`table` under `schema` (metadata included), refusing other columns or nulls in
+    non-nullable ones (pyarrow does not enforce `nullable=False` itself)."""
+    if not table.schema.equals(schema, check_metadata=False):
+        name = schema.metadata.get(b"schema_name")
+        raise ValueError(f"{path}: table differs from schema {name!r}:\n"
+                         f"{table.schema}\n!=\n{schema}")
+    for field in schema:
+        if not field.nullable and table.column(field.name).null_count:
+            raise ValueError(f"{path}: column {field.name!r} is not nullable but has nulls")
+    return table.replace_schema_metadata(schema.metadata)
 
 
 def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:

@@ -86,3 +86,64 @@ TRAIN_LOG = pa.schema(
     + [_f(name, pa.float64()) for name in TRAIN_LOG_METRICS + TRAIN_LOG_TIMING],
     metadata={"schema_name": "train_log", "schema_version": "1"},
 )
+
+# Aggregates (`repro aggregate`): the per-job tables concatenated, with the run's keys parsed
+# from the hive-style path (algo=/model=/group_size=/seed=/frac=) as `run_*` columns. The
+# prefix keeps them apart from same-named columns of the job tables (an eval's `model` is the
+# evaluated checkpoint and its `seed` the sampling seed) and makes them one join key across
+# every aggregate. The study settings (repro.reporting.study) sit in each file's `config`.
+_AGG_RUN_KEYS = [
+    _f("run_algo", pa.string()),  # run label; "init" for the SFT starting point
+    _f("run_model", pa.string()),  # model label of the experiment, e.g. tiny
+    _f("run_group_size", pa.int64()),
+    _f("run_seed", pa.int64()),
+]
+_AGG_EVAL_KEYS = [
+    _f("run_algo", pa.string()),
+    _f("run_model", pa.string()),
+    _f("run_group_size", pa.int64(), nullable=True),  # null for the SFT starting point
+    _f("run_seed", pa.int64()),
+    _f("frac", pa.float64()),  # share of the training budget of the evaluated checkpoint
+]
+
+AGG_TRAIN_CURVES = pa.schema(
+    [*_AGG_RUN_KEYS, *TRAIN_LOG],
+    metadata={"schema_name": "agg_train_curves", "schema_version": "1"},
+)
+AGG_EVAL_SAMPLES = pa.schema(
+    [*_AGG_EVAL_KEYS, *EVAL_SAMPLES],
+    metadata={"schema_name": "agg_eval_samples", "schema_version": "1"},
+)
+AGG_EVAL_PROBLEMS = pa.schema(
+    [*_AGG_EVAL_KEYS, *EVAL_PROBLEMS],
+    metadata={"schema_name": "agg_eval_problems", "schema_version": "1"},
+)
+AGG_RUNS = pa.schema(
+    [
+        *_AGG_RUN_KEYS,
+        _f("objective", pa.string()),
+        _f("steps", pa.int64()),  # last logged step
+        _f("gen_tokens_cum", pa.int64()),  # at the last step
+        _f("trained_tokens_cum", pa.int64()),
+        _f("flops_cum", pa.float64()),
+        _f("time_total", pa.float64()),  # seconds: sum of time_rollout + time_update
+        _f("reward_final", pa.float64()),  # mean reward_mean of the last smooth_window steps
+        _f("entropy_final", pa.float64()),  # entropy at the last step
+    ],
+    metadata={"schema_name": "agg_runs", "schema_version": "1"},
+)
+
+# The paper's published numbers (repro.reporting.paper_numbers), one row per value.
+PAPER_REFERENCE = pa.schema(
+    [
+        _f("table", pa.string()),  # the paper's table number, e.g. "1"
+        _f("benchmark", pa.string(), nullable=True),  # registry name (aime25); null: train reward
+        _f("model", pa.string(), nullable=True),  # e.g. Qwen3-32B; null where not stated
+        _f("method", pa.string()),  # the paper's name, e.g. "DFPO (Min-Replace)"
+        _f("group_size", pa.int64(), nullable=True),  # G of an ablation row
+        _f("metric", pa.string()),  # avg@32, compute_rel_gspo, delta_vs_gspo
+        _f("value", pa.float64()),  # in the metric's unit (avg@32 in %)
+        _f("note", pa.string(), nullable=True),  # source tag, caveats
+    ],
+    metadata={"schema_name": "paper_reference", "schema_version": "1"},
+)

@@ -7,6 +7,7 @@ a run killed at any point resumes from the newest one. Resumable state lives und
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -17,14 +18,17 @@ import torch
 from repro.atomic import atomic_dir
 
 STATE_FILE = "trainer_state.pt"
+IDENTITY_FILE = "run.json"  # what produced the checkpoint: resolved config + caller's fingerprint
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, model, tokenizer, optimizer, state: dict[str, Any]
+    run_dir: Path, step: int, model, tokenizer, optimizer, state: dict[str, Any],
+    identity: dict[str, Any],
 ) -> Path:
     final = run_dir / "checkpoints" / f"step_{step:06d}"
 
     def write(tmp: Path) -> None:
+        (tmp / IDENTITY_FILE).write_text(json.dumps(identity, sort_keys=True, default=str))
         model.save_pretrained(tmp / "policy")
         tokenizer.save_pretrained(tmp / "policy")
         torch.save({
@@ -42,6 +46,16 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     root = run_dir / "checkpoints"
     done = sorted(p for p in root.glob("step_*") if (p / STATE_FILE).exists()) if root.exists() else []
     return done[-1] if done else None
+
+
+def same_run(ckpt: Path, identity: dict[str, Any]) -> bool:
+    """Was `ckpt` written by this run (same resolved config and fingerprint)? A pipeline rerun
+    after a config or code change must start over, not continue the old run's state."""
+    path = ckpt / IDENTITY_FILE
+    if not path.exists():
+        return False
+    stored = json.loads(path.read_text())
+    return stored == json.loads(json.dumps(identity, sort_keys=True, default=str))
 
 
 def load_trainer_state(path: Path, optimizer) -> dict[str, Any]:

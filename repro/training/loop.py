@@ -27,8 +27,14 @@ from repro.models import load
 from repro.objectives import AdvantageConfig, Minibatch, group_advantages, policy_loss
 from repro.objectives.kl import k3_kl_penalty
 from repro.results import TRAIN_LOG, write_table
-from repro.training.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+from repro.training.checkpoint import (
+    latest_checkpoint,
+    load_trainer_state,
+    same_run,
+    save_checkpoint,
+)
 from repro.training.config import TrainConfig
+from repro.training.export import MANIFEST, frac_label, write_manifest
 from repro.training.logprobs import response_logprobs
 from repro.training.probes import ProbeSet, kl_between
 from repro.training.rollout import PromptStream, Rewarder, rollout
@@ -37,11 +43,22 @@ MEAN_KEYS = ("loss", "clip_frac", "ppo_kl", "w_mean", "neg_weight_frac", "asym",
              "freq_energy", "grad_norm")
 
 
-def train(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: bool = False) -> Path:
-    """Train into `out`; returns the final policy folder `out/final`."""
+def train(
+    cfg: TrainConfig, out: Path, *, label: str | None = None, resume: bool = False,
+    fingerprint: str = "",
+) -> Path:
+    """Train into `out`; returns the final policy folder `out/final`.
+
+    `fingerprint` (e.g. the pipeline's source digest) is stored with every checkpoint next to the
+    resolved config; `resume` continues only from a checkpoint with the same pair."""
     out = Path(out)
     label = label or cfg.algorithm
+    identity = {"config": cfg.to_dict(), "label": label, "fingerprint": fingerprint}
     ckpt = latest_checkpoint(out) if resume else None
+    if ckpt is not None and not same_run(ckpt, identity):
+        print(f"repro train: {ckpt} was written by another config or code version; starting over")
+        ckpt = None
+    (out / MANIFEST).unlink(missing_ok=True)  # written again when this run completes
     if ckpt is None and (out / "checkpoints").exists():
         shutil.rmtree(out / "checkpoints")  # a fresh run never mixes with an old one's state
     torch.manual_seed(cfg.seed)
@@ -58,10 +75,12 @@ def train(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: bool
     probes = ProbeSet(tok, synthetic, cfg.probe_n) if synthetic else None  # real sets: no probes
     if ckpt is not None:
         state = load_trainer_state(ckpt, opt)
+        print(f"repro train: resuming from {ckpt} (step {state['step']})")
     else:
         logodds0, ctx0 = probes.measure(model) if probes else (math.nan, None)
         state = {"step": 0, "gen_cum": 0, "trained_cum": 0, "flops_cum": 0.0,
-                 "logodds0": logodds0, "prev_ctx": ctx0, "log": [], "saved_fractions": []}
+                 "logodds0": logodds0, "prev_ctx": ctx0, "log": [], "saved_fractions": [],
+                 "fraction_steps": {}}
     loss_cfg = cfg.loss_config()
     n_params = sum(p.numel() for p in model.parameters())
     bar = tqdm(total=cfg.steps, initial=state["step"], desc=f"train {label}", unit="step")
@@ -78,13 +97,17 @@ def train(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: bool
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", entropy=f"{row['entropy']:.3f}")
             if checkpoint_due(cfg, state):
-                save_checkpoint(out, step, model, tok, opt, state)
+                save_checkpoint(out, step, model, tok, opt, state, identity)
                 write_log(out, state["log"], cfg)
     finally:
         bar.close()
         rewarder.close()
     write_log(out, state["log"], cfg)
-    return save_final(out, model, tok)
+    final = save_final(out, model, tok)
+    fraction_steps = {frac_label(f): s for f, s in state.get("fraction_steps", {}).items()}
+    write_manifest(out / MANIFEST, identity | {"steps_done": state["step"],
+                                                "fraction_steps": fraction_steps})
+    return final
 
 
 def train_step(cfg, step, model, tok, ref, opt, loss_cfg, stream, rewarder, engine, n_params,
@@ -173,6 +196,7 @@ def checkpoint_due(cfg: TrainConfig, state: dict[str, Any]) -> bool:
         used = max(used, state["gen_cum"] / cfg.token_budget)
     new = [f for f in cfg.checkpoint_fractions if used >= f and f not in state["saved_fractions"]]
     state["saved_fractions"] += new
+    state["fraction_steps"].update({f: step for f in new})  # the checkpoint export reads back
     return bool(new) or (cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0)
 
 

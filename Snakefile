@@ -1,0 +1,46 @@
+# dfpo-repro: the paper's tables and figures from nothing, compute-matched, at tiny CPU scale by
+# default (`snakemake --cores all`) and at paper scale with a preset and the SLURM profile.
+# Stages live in rules/*.smk; helpers (targets, run keys, source digests) in rules/common.smk.
+from snakemake.utils import min_version
+
+min_version("9.20")
+
+
+configfile: "config/config.yaml"
+
+
+report: "rules/report/workflow.rst"
+
+
+include: "rules/common.smk"
+
+
+wildcard_constraints:
+    algo="|".join(sorted(config["algorithms"])),
+    model="|".join(sorted(config["models"])),
+    group_size=r"\d+",
+    seed=r"\d+",
+    frac=r"\d+\.\d+",
+
+
+include: "rules/data.smk"
+include: "rules/train.smk"
+include: "rules/eval.smk"
+include: "rules/aggregate.smk"
+include: "rules/report.smk"
+
+
+localrules:
+    all,
+    run_config,
+    aggregate,
+    tables,
+    figures,
+    paper_reference,
+    ablations,
+
+
+rule all:
+    default_target: True
+    input:
+        final_targets(),

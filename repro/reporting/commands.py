@@ -1,0 +1,120 @@
+"""The reporting commands of the `repro` CLI: parse options and dispatch (repro.cli registers
+them). Imports are deferred so that `repro --help` does not load matplotlib."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from repro.reporting.study import DEFAULT_STUDY as D
+from repro.reporting.study import Study, field_help
+
+AGGREGATE_HELP = "Folder written by `repro aggregate` (results/aggregate)."
+
+
+def register(app: typer.Typer) -> None:
+    app.command("aggregate")(aggregate_cmd)
+    app.command("tables")(tables_cmd)
+    app.command("figures")(figures_cmd)
+    app.command("paper-reference")(paper_reference_cmd)
+
+
+def _study_option(name: str) -> typer.models.OptionInfo:
+    """A study setting's option; its help is the Study field's."""
+    return typer.Option(help=field_help(name))
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """Comma-separated run labels -> a tuple (empty entries dropped)."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def _fail(command: str, err: Exception) -> typer.Exit:
+    typer.echo(f"repro {command}: {err}", err=True)
+    return typer.Exit(2)
+
+
+def aggregate_cmd(
+    files: Annotated[list[Path], typer.Argument(
+        help="train_log.parquet and problems.parquet files under key=value folders "
+             "(each problems.parquet's sibling samples.parquet is read too).",
+        exists=True, dir_okay=False, show_default=False)],
+    out: Annotated[Path, typer.Option(help="Output folder of the aggregate tables.")] = Path(
+        "results/aggregate"
+    ),
+    experiment: Annotated[str, _study_option("experiment")] = D.experiment,
+    baseline: Annotated[str, _study_option("baseline")] = D.baseline,
+    proposed: Annotated[str, _study_option("proposed")] = D.proposed,
+    main_algos: Annotated[str, _study_option("main_algos")] = ",".join(D.main_algos),
+    main_group_size: Annotated[int, _study_option("main_group_size")] = D.main_group_size,
+    ablation_algos: Annotated[str, _study_option("ablation_algos")] = ",".join(D.ablation_algos),
+    group_algos: Annotated[str, _study_option("group_algos")] = ",".join(D.group_algos),
+    threshold: Annotated[float, _study_option("threshold")] = D.threshold,
+    smooth_window: Annotated[int, _study_option("smooth_window")] = D.smooth_window,
+    final_frac: Annotated[float, _study_option("final_frac")] = D.final_frac,
+) -> None:
+    """Per-job train logs and evaluations -> train_curves, runs, eval_problems and eval_samples
+    Parquet, with the run keys of their paths and the study settings in the metadata."""
+    from repro.reporting.aggregate import aggregate
+
+    try:
+        study = Study(
+            experiment=experiment, baseline=baseline, proposed=proposed,
+            main_algos=_names(main_algos), main_group_size=main_group_size,
+            ablation_algos=_names(ablation_algos), group_algos=_names(group_algos),
+            threshold=threshold, smooth_window=smooth_window, final_frac=final_frac,
+        )
+        counts = aggregate(files, out, study)
+    except ValueError as err:
+        raise _fail("aggregate", err) from None
+    for name, rows in counts.items():
+        typer.echo(f"{out / name}: {rows} rows")
+
+
+def tables_cmd(
+    aggregate: Annotated[Path, typer.Option(help=AGGREGATE_HELP)] = Path("results/aggregate"),
+    out: Annotated[Path, typer.Option(help="Output folder for NAME.md and NAME.tex.")] = Path(
+        "results/tables"
+    ),
+    paper: Annotated[Path | None, typer.Option(
+        help="The paper's numbers (repro paper-reference): adds the paper table.")] = None,
+) -> None:
+    """Markdown and LaTeX (booktabs) tables from the aggregate Parquet alone: main, compute,
+    mechanism, ablations (and paper with --paper)."""
+    from repro.reporting.tables import write_tables
+
+    try:
+        paths = write_tables(aggregate, out, paper)
+    except ValueError as err:
+        raise _fail("tables", err) from None
+    typer.echo(f"wrote {len(paths)} files under {out}")
+
+
+def figures_cmd(
+    aggregate: Annotated[Path, typer.Option(help=AGGREGATE_HELP)] = Path("results/aggregate"),
+    out: Annotated[Path, typer.Option(help="Output folder for NAME.pdf and NAME.png.")] = Path(
+        "results/figures"
+    ),
+) -> None:
+    """PDF and PNG figures from the aggregate Parquet alone (a figure without data says so)."""
+    from repro.reporting.figures import write_figures
+
+    try:
+        paths = write_figures(aggregate, out)
+    except ValueError as err:
+        raise _fail("figures", err) from None
+    typer.echo(f"wrote {len(paths)} files under {out}")
+
+
+def paper_reference_cmd(
+    out: Annotated[Path, typer.Option(help="Parquet file for the paper's numbers.")] = Path(
+        "results/paper/reference.parquet"
+    ),
+) -> None:
+    """The paper's published numbers (arXiv 2604.13088 v1, Tables 1, 2, 4) as Parquet."""
+    from repro.reporting.paper_numbers import write_reference
+
+    write_reference(out)
+    typer.echo(f"wrote {out}")

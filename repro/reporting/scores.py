@@ -1,0 +1,86 @@
+"""avg@k estimates and paired comparisons over seeds, from per-seed problem scores.
+
+Thin adapters from the aggregate's {seed: {problem: avg}} to repro.evaluation.stats (which
+owns every bootstrap): they align problems and seeds, and report in percent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from repro.evaluation.stats import bootstrap_ci, paired_bootstrap
+from repro.reporting.load import SeedScores
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Mean avg@k over seeds and problems with its 95% bootstrap interval, in percent."""
+
+    mean: float
+    lo: float
+    hi: float
+    seeds: int
+    problems: int
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Paired difference A - B in percentage points, its 95% interval and two-sided p."""
+
+    diff: float
+    lo: float
+    hi: float
+    p_value: float
+    seeds: int
+    problems: int
+
+
+def score_matrix(scores: SeedScores) -> tuple[np.ndarray, list[str]]:
+    """[seeds, problems] of avg over the problems every seed has (seeds in sorted order)."""
+    if not scores:
+        return np.empty((0, 0)), []
+    common = sorted(set.intersection(*(set(by_problem) for by_problem in scores.values())))
+    matrix = np.array([[scores[seed][p] for p in common] for seed in sorted(scores)], dtype=float)
+    return matrix.reshape(len(scores), len(common)), common
+
+
+def estimate(scores: SeedScores) -> Estimate | None:
+    """bootstrap_ci over the [seeds, problems] matrix; None without data."""
+    matrix, problems = score_matrix(scores)
+    if not problems:
+        return None
+    mean, lo, hi = bootstrap_ci(matrix)
+    return Estimate(100 * mean, 100 * lo, 100 * hi, matrix.shape[0], len(problems))
+
+
+def compare(a: SeedScores, b: SeedScores) -> Comparison | None:
+    """paired_bootstrap of A vs B on per-problem scores averaged over the seeds both have,
+    aligned by problem; None when they share no seed or problem."""
+    seeds = sorted(set(a) & set(b))
+    matrix_a, problems_a = score_matrix({s: a[s] for s in seeds})
+    matrix_b, problems_b = score_matrix({s: b[s] for s in seeds})
+    common = sorted(set(problems_a) & set(problems_b))
+    if not common:
+        return None
+    per_a = _columns(matrix_a, problems_a, common).mean(axis=0)
+    per_b = _columns(matrix_b, problems_b, common).mean(axis=0)
+    test = paired_bootstrap(per_a, per_b)
+    return Comparison(100 * test["diff"], 100 * test["lo"], 100 * test["hi"], test["p_value"],
+                      len(seeds), len(common))
+
+
+def pool(by_benchmark: Mapping[str, SeedScores]) -> SeedScores:
+    """One score set over all benchmarks' problems (ids become "benchmark/problem_id")."""
+    pooled: SeedScores = {}
+    for bench, scores in sorted(by_benchmark.items()):
+        for seed, by_problem in scores.items():
+            pooled.setdefault(seed, {}).update({f"{bench}/{p}": v for p, v in by_problem.items()})
+    return pooled
+
+
+def _columns(matrix: np.ndarray, problems: list[str], keep: list[str]) -> np.ndarray:
+    index = {p: i for i, p in enumerate(problems)}
+    return matrix[:, [index[p] for p in keep]]

@@ -1,0 +1,245 @@
+# Helpers only: config checks, run keys, target lists, source digests. No rules here.
+import hashlib
+import json
+import shlex
+from pathlib import Path
+
+from snakemake.utils import validate
+
+
+validate(config, "../config/schema.yaml", set_default=True)
+
+
+def check_names(selection: str, names, catalogue: str) -> None:
+    """A selection may only name catalogue entries; say which key is wrong at parse time."""
+    unknown = sorted(set(names) - set(config[catalogue]))
+    if unknown:
+        raise ValueError(
+            f"config: {selection} names {unknown}, not in the '{catalogue}' catalogue "
+            f"{sorted(config[catalogue])}"
+        )
+
+
+check_names("run.models", config["run"]["models"], "models")
+check_names("run.algorithms", config["run"]["algorithms"], "algorithms")
+check_names("ablations.algorithms", config["ablations"]["algorithms"], "algorithms")
+check_names("ablations.group_algorithms", config["ablations"]["group_algorithms"], "algorithms")
+check_names("report.baseline", [config["report"]["baseline"]], "algorithms")
+
+
+def frac_label(fraction: float) -> str:
+    """The spelling of a budget fraction in paths (as repro.training.export.frac_label)."""
+    return repr(float(fraction))
+
+
+FRACTIONS = [frac_label(f) for f in config["eval"]["fractions"]]
+FINAL = frac_label(max(config["eval"]["fractions"]))
+MAIN_G = int(config["train"].get("group_size", 8))
+MAIN_P = int(config["train"].get("prompts_per_step", 8))
+RUN = "algo={algo}/model={model}/group_size={group_size}/seed={seed}"
+INIT = "algo=init/model={model}/seed=0/frac=0.0"
+RUN_DIR = "results/runs/algo={algo}/model={model}/group_size={group_size}/seed={seed}"
+
+
+def source_digest(*parts: str) -> str:
+    """sha256 of the package sources a job runs. Contents, not mtimes, so a fresh clone does not
+    rerun and an edit does. (Snakemake's own code trigger sees only the shell string.)"""
+    h = hashlib.sha256()
+    for part in parts:
+        root = Path(workflow.basedir) / "repro" / part
+        files = sorted(root.rglob("*")) if root.is_dir() else [root]
+        for path in files:
+            if path.is_file() and path.suffix in {".py", ".yaml", ".jinja", ".mplstyle"}:
+                h.update(str(path.relative_to(workflow.basedir)).encode())
+                h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+TRAIN_CODE = source_digest("objectives", "training", "models", "generation", "graders",
+                           "sandbox", "tasks", "benchmarks", "diagnostics", "results", "atomic.py")
+SFT_CODE = source_digest("training", "models", "tasks", "benchmarks", "generation", "graders",
+                         "atomic.py")
+EVAL_CODE = source_digest("evaluation", "generation", "graders", "sandbox", "benchmarks", "tasks",
+                          "models", "results", "atomic.py")
+REPORT_CODE = source_digest("reporting", "results", "evaluation", "diagnostics", "benchmarks")
+THEORY_CODE = source_digest("theory", "objectives", "diagnostics")
+
+
+def prompts_per_step(group_size: int) -> int:
+    """Group-size ablation at equal compute: P x G responses per step for every G."""
+    total = MAIN_P * MAIN_G
+    if total % group_size or (total // group_size) % int(config["train"].get("minibatches", 4)):
+        raise ValueError(
+            f"config: ablations.group_sizes has {group_size}, but train.prompts_per_step x "
+            f"train.group_size = {total} responses per step do not split into whole groups "
+            f"and train.minibatches"
+        )
+    return total // group_size
+
+
+def run_keys() -> list[dict]:
+    """Every training run: the main grid, then the ablations (duplicates dropped)."""
+    runs = []
+    main, abl = config["run"], config["ablations"]
+    for model in main["models"]:
+        for algo in main["algorithms"]:
+            runs += [dict(algo=algo, model=model, group_size=MAIN_G, seed=s, main=True)
+                     for s in main["seeds"]]
+        variants = abl["algorithms"] + ([config["report"]["baseline"]] if abl["algorithms"] else [])
+        for algo in variants:
+            runs += [dict(algo=algo, model=model, group_size=MAIN_G, seed=s, main=False)
+                     for s in abl["seeds"]]
+        for algo in abl["group_algorithms"]:
+            for g in abl["group_sizes"]:
+                prompts_per_step(g)
+                runs += [dict(algo=algo, model=model, group_size=g, seed=s, main=False)
+                         for s in abl["seeds"]]
+    unique = {}
+    for r in runs:
+        key = (r["algo"], r["model"], r["group_size"], r["seed"])
+        unique[key] = unique.get(key, r) | {"main": unique.get(key, r)["main"] or r["main"]}
+    return list(unique.values())
+
+
+def run_dir(r: dict) -> str:
+    return f"results/runs/{RUN.format(**r)}"
+
+
+def eval_dir(r: dict, frac: str) -> str:
+    return f"results/eval/{RUN.format(**r)}/frac={frac}"
+
+
+def train_logs() -> list[str]:
+    return [f"{run_dir(r)}/train_log.parquet" for r in run_keys()]
+
+
+def eval_problems(main_only: bool = False) -> list[str]:
+    """Main runs at every fraction, ablation runs at the final one, and each model's start."""
+    files = []
+    for r in run_keys():
+        if main_only and not r["main"]:
+            continue
+        for frac in FRACTIONS if r["main"] else [FINAL]:
+            files += [f"{eval_dir(r, frac)}/benchmark={b}/problems.parquet"
+                      for b in config["eval"]["benchmarks"]]
+    if config["eval"]["init"]:
+        for model in config["run"]["models"]:
+            files += [f"results/eval/{INIT.format(model=model)}/benchmark={b}/problems.parquet"
+                      for b in config["eval"]["benchmarks"]]
+    return files
+
+
+def start_policy(model: str) -> str:
+    """Where RL starts: the pipeline's SFT folder, or the hub id / path as given."""
+    entry = config["models"][model]
+    if entry["source"] == "sft":
+        return f"results/models/model={model}/sft"
+    if "id" not in entry:
+        raise ValueError(f"config: models.{model} has source hub but no 'id'")
+    return entry["id"]
+
+
+def sft_overrides(wildcards) -> str:
+    """The model's `sft:` entries as quoted KEY=VALUE arguments of `repro sft`."""
+    items = config["models"][wildcards.model].get("sft", {}).items()
+    return " ".join(shlex.quote(f"{k}={json.dumps(v)}") for k, v in items)
+
+
+def job_env(wildcards) -> str:
+    """--sdm conda environment of model-running jobs: vLLM's when any of them uses it."""
+    vllm = config["eval"]["engine"] == "vllm" or config["train"].get("rollout_engine") == "vllm"
+    return "../envs/gpu.yaml" if vllm else "../envs/cpu.yaml"
+
+
+def start_policy_of(wildcards) -> str:
+    return start_policy(wildcards.model)
+
+
+def start_inputs(wildcards) -> list[str]:
+    """The SFT folder as an input when the pipeline builds it; nothing for hub models."""
+    entry = config["models"][wildcards.model]
+    return [start_policy(wildcards.model)] if entry["source"] == "sft" else []
+
+
+def run_config(wildcards) -> dict:
+    """The resolved TrainConfig of one run (written to its config.yaml)."""
+    entry = config["algorithms"][wildcards.algo]
+    g = int(wildcards.group_size)
+    return config["train"] | {
+        "model": start_policy(wildcards.model),
+        "algorithm": entry["algorithm"],
+        "objective": entry.get("objective", {}),
+        "seed": int(wildcards.seed),
+        "group_size": g,
+        "prompts_per_step": prompts_per_step(g),
+        "checkpoint_fractions": [float(f) for f in FRACTIONS],
+    }
+
+
+def eval_options() -> str:
+    """The `repro eval` options every evaluation shares."""
+    e = config["eval"]
+    opts = [f"--benchmark {b}" for b in e["benchmarks"]]
+    opts += [f"--engine {e['engine']}", f"--batch-size {e['batch_size']}", "--split"]
+    if e["k"] is not None:
+        opts.append(f"--k {e['k']}")
+    if e["limit"] is not None:
+        opts.append(f"--limit {e['limit']}")
+    if e["data_dir"] is not None:
+        opts.append(f"--data-dir {e['data_dir']}")
+    for key in ("temperature", "max_new_tokens"):
+        if key in e["sampling"]:
+            opts.append(f"--{key.replace('_', '-')} {e['sampling'][key]}")
+    return " ".join(opts)
+
+
+def study_options() -> str:
+    """`repro aggregate` study settings: stored in the aggregate so tables need nothing else."""
+    r, a = config["report"], config["ablations"]
+    return " ".join([
+        f"--experiment {config['experiment']}",
+        f"--baseline {r['baseline']}",
+        f"--main-algos {','.join(config['run']['algorithms'])}",
+        f"--main-group-size {MAIN_G}",
+        f"--ablation-algos '{','.join(a['algorithms'])}'",
+        f"--group-algos '{','.join(a['group_algorithms'])}'",
+        f"--threshold {r['threshold']}",
+        f"--smooth-window {r['smooth_window']}",
+        f"--final-frac {FINAL}",
+    ])
+
+
+TABLES = ["main", "compute", "mechanism", "ablations", "paper"]
+FIGURES = ["reward_vs_compute", "entropy_vs_step", "logodds_drift_vs_step", "kl_template_vs_step",
+           "mechanism_vs_step", "group_size_ablation"]
+AGGREGATES = ["train_curves", "eval_problems", "eval_samples", "runs"]
+
+
+def table_files() -> list[str]:
+    return expand("results/tables/{name}.{ext}", name=TABLES, ext=["md", "tex"])
+
+
+def figure_files() -> list[str]:
+    return expand("results/figures/{name}.{ext}", name=FIGURES, ext=["pdf", "png"])
+
+
+def ablation_targets() -> list[str]:
+    """`snakemake ablations`: the ablation runs, then the table and figure that read them."""
+    runs = [r for r in run_keys() if not r["main"]]
+    return ([f"{run_dir(r)}/train_log.parquet" for r in runs]
+            + ["results/tables/ablations.md", "results/figures/group_size_ablation.pdf"])
+
+
+def write_yaml(path: str, data: dict) -> None:
+    """Atomic YAML write (the resolved run configs)."""
+    import yaml
+    from repro.atomic import atomic_file
+
+    text = yaml.safe_dump(data, sort_keys=True)
+    atomic_file(Path(path), lambda tmp: tmp.write_text(text))
+
+
+def final_targets() -> list[str]:
+    """`snakemake` with no target: every run, evaluation, aggregate, table and figure."""
+    return (train_logs() + eval_problems() + table_files() + figure_files()
+            + ["results/theory/theory.parquet"])

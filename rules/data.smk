@@ -1,0 +1,36 @@
+# Starting policies and per-run configs.
+
+
+rule sft:
+    """The tiny default's warm start: a random-init tiny Qwen3 taught the synthetic tasks."""
+    output:
+        directory("results/models/model={model}/sft"),
+    log:
+        "logs/sft/model={model}.log",
+    benchmark:
+        "benchmarks/sft/model={model}.jsonl"
+    params:
+        overrides=sft_overrides,
+        code=SFT_CODE,
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime="30m",
+    conda:
+        job_env
+    shell:
+        "python -m repro sft --out {output} --threads {threads} {params.overrides} > {log} 2>&1"
+
+
+rule run_config:
+    """One run's resolved TrainConfig; the params trigger rewrites it (and so reruns its
+    training) only when a value of that run changes."""
+    output:
+        "results/runs/algo={algo}/model={model}/group_size={group_size}/seed={seed}/config.yaml",
+    log:
+        "logs/run_config/algo={algo}/model={model}/group_size={group_size}/seed={seed}.log",
+    params:
+        cfg=run_config,
+    run:
+        write_yaml(output[0], params.cfg)
+        Path(log[0]).write_text(f"wrote {output[0]}\n")

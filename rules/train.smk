@@ -1,0 +1,32 @@
+# RL training: one job per run (algorithm, model, group size, seed).
+
+
+rule train:
+    """Train from the run's resolved config. The resumable state lives in results/scratch/ (not
+    an output, so it survives Snakemake's clean-up of a failed job): a restarted job continues
+    from its newest checkpoint, unless the config or the code digest changed."""
+    input:
+        cfg="results/runs/algo={algo}/model={model}/group_size={group_size}/seed={seed}/config.yaml",
+        start=start_inputs,
+    output:
+        log="results/runs/algo={algo}/model={model}/group_size={group_size}/seed={seed}/train_log.parquet",
+        manifest="results/runs/algo={algo}/model={model}/group_size={group_size}/seed={seed}/manifest.json",
+        policies=[directory(f"{RUN_DIR}/policy/frac={frac}") for frac in FRACTIONS],
+    log:
+        "logs/train/algo={algo}/model={model}/group_size={group_size}/seed={seed}.log",
+    benchmark:
+        "benchmarks/train/algo={algo}/model={model}/group_size={group_size}/seed={seed}.jsonl"
+    params:
+        scratch="results/scratch/algo={algo}/model={model}/group_size={group_size}/seed={seed}",
+        out=subpath(output.log, parent=True),
+        code=TRAIN_CODE,
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime="2h",
+    conda:
+        job_env
+    shell:
+        "python -m repro train --config {input.cfg} --out {params.scratch} --resume"
+        " --fingerprint {params.code} --label {wildcards.algo} --threads {threads}"
+        " --export {params.out} > {log} 2>&1"

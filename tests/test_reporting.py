@@ -1,0 +1,273 @@
+"""Reporting: per-job files -> aggregate Parquet -> tables and figures, checked against numbers
+computed here by hand from the correctness and reward curves the fake jobs were built with."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from repro.cli import app
+from repro.reporting.aggregate import path_keys
+from repro.reporting.load import load_aggregate
+from repro.reporting.paper_numbers import reference_rows
+from repro.reporting.scores import compare, estimate
+from repro.reporting.study import Study
+from repro.reporting.tables_train import mechanism, threshold_hits
+from repro.results import (
+    AGG_EVAL_PROBLEMS,
+    AGG_EVAL_SAMPLES,
+    AGG_RUNS,
+    PAPER_REFERENCE,
+    TRAIN_LOG,
+    read_table,
+    write_table,
+)
+from repro.results.schemas import EVAL_PROBLEMS, EVAL_SAMPLES, TRAIN_LOG_METRICS, TRAIN_LOG_TIMING
+
+MODEL, G, K, PROBLEMS, SEEDS = "tiny", 8, 4, 6, (0, 1, 2)
+BENCHES = ("synth-aime", "synth-lcb")
+STEPS, TOKENS_PER_STEP = 12, 100
+# gspo: reward 0 for 4 steps then 1: its 5-step trailing mean first reaches 0.5 at step 7
+# (3 of the last 5 are 1), i.e. at 7 * 100 generated tokens; grpo never gets above 0.2.
+REWARDS = {"gspo": [0.0] * 4 + [1.0] * 8, "dfpo_min": [0.0] * 2 + [1.0] * 10, "grpo": [0.2] * STEPS}
+HIT_TOKENS = {"gspo": 7 * TOKENS_PER_STEP, "dfpo_min": 5 * TOKENS_PER_STEP}
+ASYM = [1.0, float("nan"), 3.0] + [2.0] * (STEPS - 3)  # step mean ignoring NaN: 2.0
+
+
+def run_dir(root: Path, algo: str, seed: int, group_size: int | None = G) -> Path:
+    g = "" if group_size is None else f"group_size={group_size}/"
+    return root / f"algo={algo}/model={MODEL}/{g}seed={seed}"
+
+
+def write_train(root: Path, algo: str, seed: int, rewards: list[float],
+                group_size: int = G) -> Path:
+    rows = []
+    for i, reward in enumerate(rewards):
+        metrics = dict.fromkeys(TRAIN_LOG_METRICS + TRAIN_LOG_TIMING, 0.5)
+        metrics |= {"reward_mean": reward, "entropy": 1.0 - 0.05 * i, "asym": ASYM[i],
+                    "kl_template": float("nan"), "logodds_drift": -0.1 * i}
+        rows.append(metrics | {
+            "algorithm": algo, "objective": algo.split("_")[0], "seed": seed, "step": i + 1,
+            "gen_tokens": TOKENS_PER_STEP, "gen_tokens_cum": TOKENS_PER_STEP * (i + 1),
+            "trained_tokens_cum": 50 * (i + 1), "flops_cum": 1e6 * (i + 1),
+        })
+    path = run_dir(root / "runs", algo, seed, group_size) / "train_log.parquet"
+    write_table(rows[::-1], TRAIN_LOG, path)  # reversed: the aggregate must sort by step
+    return path
+
+
+def write_eval(root: Path, algo: str, seed: int, bench: str, correct: np.ndarray,
+               group_size: int | None = G, frac: float = 1.0) -> Path:
+    folder = run_dir(root / "eval", algo, seed, group_size) / f"frac={frac}/benchmark={bench}"
+    common = {"model": "ckpt", "checkpoint": "final", "benchmark": bench, "revision_hash": "r",
+              "k": K, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0,
+              "max_new_tokens": 64, "seed": 99, "engine": "hf", "grader_version": "1",
+              "sandbox_mode": "none"}
+    samples, problems = [], []
+    for p, row in enumerate(correct):
+        pid = {"problem_id": f"p{p}", "problem_hash": f"h{p}"}
+        samples += [common | pid | {
+            "sample_idx": i, "completion": "x", "n_tokens": 3, "finish_reason": "stop",
+            "correct": bool(ok), "verdict": "ok", "reason": "", "extracted": None,
+        } for i, ok in enumerate(row)]
+        c = int(row.sum())
+        problems.append(common | pid | {"n": K, "c": c, "avg": c / K, "pass_at_k": float(c > 0),
+                                        "truncated_frac": 0.0, "no_answer_frac": 0.0})
+    write_table(samples, EVAL_SAMPLES, folder / "samples.parquet")
+    write_table(problems[::-1], EVAL_PROBLEMS, folder / "problems.parquet")
+    return folder / "problems.parquet"
+
+
+def correctness(seed: int, bench: str) -> dict[str, np.ndarray]:
+    """[problems, k] 0/1 per algorithm; dfpo_min is gspo plus extra correct samples."""
+    rng = np.random.default_rng([seed, BENCHES.index(bench)])
+    gspo = rng.random((PROBLEMS, K)) < 0.3
+    dfpo = gspo | (rng.random((PROBLEMS, K)) < 0.6)
+    return {"gspo": gspo, "dfpo_min": dfpo, "grpo": rng.random((PROBLEMS, K)) < 0.3}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """Per-job files, their aggregate (through the CLI) and the files' correctness by key."""
+    root = tmp_path_factory.mktemp("results")
+    files, truth = [], {}
+    for seed in SEEDS:
+        for algo, rewards in REWARDS.items():
+            files.append(write_train(root, algo, seed, rewards))
+        files.append(write_train(root, "gspo", seed, REWARDS["gspo"], group_size=4))
+        for bench in BENCHES:
+            for algo, correct in correctness(seed, bench).items():
+                truth[algo, seed, bench] = correct
+                files.append(write_eval(root, algo, seed, bench, correct))
+                files.append(write_eval(root, algo, seed, bench, correct, frac=0.5))
+            files += [write_eval(root, a, seed, bench, correct, group_size=4)
+                      for a, correct in correctness(seed + 10, bench).items() if a != "grpo"]
+    for bench in BENCHES:
+        files.append(write_eval(root, "init", 0, bench, np.zeros((PROBLEMS, K), bool),
+                                group_size=None, frac=0.0))
+    out = root / "aggregate"
+    result = CliRunner().invoke(app, ["aggregate", "--out", str(out), "--experiment", "test",
+                                      "--main-algos", "grpo,gspo,dfpo_min", *map(str, files)])
+    assert result.exit_code == 0, result.output
+    return {"root": root, "files": files, "out": out, "truth": truth}
+
+
+def test_path_keys_are_typed_and_prefix_free():
+    path = Path("/tmp/x=/a/algo=init/model=m/seed=3/frac=0.5/benchmark=b/problems.parquet")
+    assert path_keys(path) == {"x": "", "algo": "init", "model": "m", "seed": 3, "frac": 0.5,
+                               "benchmark": "b"}
+    with pytest.raises(ValueError, match="seed='one'"):
+        path_keys(Path("algo=a/seed=one/train_log.parquet"))
+
+
+def test_aggregate_keys_rows_and_settings(world):
+    out, n_evals = world["out"], sum(f.name == "problems.parquet" for f in world["files"])
+    problems = read_table(out / "eval_problems.parquet", AGG_EVAL_PROBLEMS)
+    samples = read_table(out / "eval_samples.parquet", AGG_EVAL_SAMPLES)
+    runs = read_table(out / "runs.parquet", AGG_RUNS).to_pylist()
+    assert problems.num_rows == n_evals * PROBLEMS and samples.num_rows == n_evals * PROBLEMS * K
+    assert len(runs) == 4 * len(SEEDS)
+    init = [r for r in problems.to_pylist() if r["run_algo"] == "init"]
+    assert len(init) == 2 * PROBLEMS and all(r["run_group_size"] is None and r["frac"] == 0.0
+                                             for r in init)
+    gspo = next(r for r in runs if r["run_algo"] == "gspo" and r["run_seed"] == 1
+                and r["run_group_size"] == G)
+    assert gspo["steps"] == STEPS and gspo["gen_tokens_cum"] == STEPS * TOKENS_PER_STEP
+    assert gspo["time_total"] == pytest.approx(STEPS * 1.0)
+    assert gspo["reward_final"] == 1.0 and gspo["entropy_final"] == pytest.approx(1 - 0.05 * 11)
+    first = problems.slice(0, PROBLEMS).to_pylist()  # sorted: keys, then problem_id
+    assert [r["problem_id"] for r in first] == sorted(r["problem_id"] for r in first)
+    config = json.loads(pq.read_schema(out / "train_curves.parquet").metadata[b"config"])
+    expected = Study(experiment="test", main_algos=("grpo", "gspo", "dfpo_min"))
+    assert Study.from_config(config) == expected
+
+
+def test_aggregate_refuses_bad_inputs(world, tmp_path):
+    problems = next(f for f in world["files"] if f.name == "problems.parquet")
+    lonely = tmp_path / "algo=a/model=m/group_size=8/seed=0/frac=1.0/benchmark=b/problems.parquet"
+    lonely.parent.mkdir(parents=True)
+    lonely.write_bytes(problems.read_bytes())
+    runner = CliRunner()
+    for files, message in (
+        ([lonely], str(lonely.with_name("samples.parquet"))),
+        ([problems, problems], "same keys"),
+        ([problems.with_name("samples.parquet")], "not a train_log.parquet"),
+    ):
+        result = runner.invoke(app, ["aggregate", "--out", str(tmp_path / "agg"), *map(str, files)])
+        assert result.exit_code == 2 and message in result.output
+    unkeyed = tmp_path / "seed=0/train_log.parquet"
+    unkeyed.parent.mkdir()
+    unkeyed.write_bytes(world["files"][0].read_bytes())
+    result = runner.invoke(app, ["aggregate", "--out", str(tmp_path / "agg"), str(unkeyed)])
+    assert result.exit_code == 2 and str(unkeyed) in result.output and "'algo'" in result.output
+    assert not (tmp_path / "agg").exists()
+
+
+def test_main_numbers_match_a_hand_computation(world):
+    agg = load_aggregate(world["out"])
+    truth = world["truth"]
+    for bench in BENCHES:
+        hand = np.mean([truth["dfpo_min", s, bench].mean() for s in SEEDS]) * 100
+        est = estimate(agg.seed_scores(MODEL, "dfpo_min", bench, G, 1.0))
+        assert est.mean == pytest.approx(hand) and est.lo <= est.mean <= est.hi
+        assert est.seeds == len(SEEDS) and est.problems == PROBLEMS
+        test = compare(agg.seed_scores(MODEL, "dfpo_min", bench, G, 1.0),
+                       agg.seed_scores(MODEL, "gspo", bench, G, 1.0))
+        per_problem = np.mean([truth["dfpo_min", s, bench].mean(1) - truth["gspo", s, bench].mean(1)
+                               for s in SEEDS], axis=0)
+        assert test.diff == pytest.approx(per_problem.mean() * 100) and test.diff > 0
+        assert test.p_value < 0.05
+
+
+def test_threshold_and_mechanism_values(world):
+    agg = load_aggregate(world["out"])
+    for algo, tokens in HIT_TOKENS.items():
+        hits = threshold_hits(agg, MODEL, algo)
+        assert hits.hits == dict.fromkeys(SEEDS, tokens) and hits.mean == tokens
+    assert threshold_hits(agg, MODEL, "grpo").reached == []
+    means = mechanism(agg.seed_curves(MODEL, "gspo", G))
+    assert means["asym"] == pytest.approx(2.0) and np.isnan(means["kl_template"])
+    assert means["entropy_final"] == pytest.approx(1 - 0.05 * (STEPS - 1))
+    assert means["abs_drift_mean"] == pytest.approx(np.mean(0.1 * np.arange(STEPS)))
+    assert means["jitter2"] == pytest.approx(2 / (STEPS - 2))  # one kink of height 1 -> two |1|
+
+
+def md_rows(path: Path) -> dict[str, str]:
+    """Markdown table lines by their first cell."""
+    lines = path.read_text().splitlines()
+    return {line.split("|")[1].strip(): line for line in lines if line.startswith("| ")}
+
+
+def test_tables_markdown_and_latex(world, tmp_path):
+    paper = tmp_path / "reference.parquet"
+    runner = CliRunner()
+    assert runner.invoke(app, ["paper-reference", "--out", str(paper)]).exit_code == 0
+    out = tmp_path / "tables"
+    result = runner.invoke(app, ["tables", "--aggregate", str(world["out"]), "--out", str(out),
+                                 "--paper", str(paper)])
+    assert result.exit_code == 0, result.output
+    for name in ("main", "compute", "mechanism", "ablations", "paper"):
+        tex = (out / f"{name}.tex").read_text()
+        assert all(rule in tex for rule in (r"\toprule", r"\midrule", r"\bottomrule"))
+        assert "dfpo_min" not in tex and r"dfpo\_min" in tex
+        assert (out / f"{name}.md").read_text().count("|---|") >= 1
+    rows = md_rows(out / "compute.md")
+    assert "not reached" in rows["grpo"] and "(0/3)" in rows["grpo"]
+    assert "700" in rows["gspo"] and "(3/3)" in rows["gspo"]
+    main = md_rows(out / "main.md")
+    hand = np.mean([world["truth"]["dfpo_min", s, "synth-aime"].mean() for s in SEEDS]) * 100
+    assert f"| {hand:.1f} [" in main["dfpo_min"] and "| +" in main["dfpo_min"]
+    assert "init" in main and "not run" in (out / "ablations.md").read_text()  # no ablation runs
+    assert "synthetic stand-ins" in (out / "paper.md").read_text()
+
+
+def test_main_table_without_baseline_says_so(world, tmp_path):
+    files = [f for f in world["files"] if "algo=gspo" not in str(f)]
+    runner = CliRunner()
+    out = tmp_path / "agg"
+    assert runner.invoke(app, ["aggregate", "--out", str(out), *map(str, files)]).exit_code == 0
+    result = runner.invoke(app, ["tables", "--aggregate", str(out), "--out", str(tmp_path / "t")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "t" / "main.md").read_text()
+    assert "no baseline" in text and "has no evaluation" in text
+
+
+def test_figures_are_truetype_and_reproducible(world, tmp_path, caplog):
+    runner = CliRunner()
+    for name in ("a", "b"):
+        result = runner.invoke(app, ["figures", "--aggregate", str(world["out"]),
+                                     "--out", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert len(files) == 12 and all(p.endswith((".pdf", ".png")) for p in files)
+    for name in files:
+        data = (tmp_path / "a" / name).read_bytes()
+        assert data == (tmp_path / "b" / name).read_bytes(), name
+        if name.endswith(".pdf"):
+            assert b"/FontFile2" in data and b"/Type3" not in data
+    only_train = tmp_path / "agg"
+    trains = [str(f) for f in world["files"] if f.name == "train_log.parquet"][:2]
+    assert runner.invoke(app, ["aggregate", "--out", str(only_train), *trains]).exit_code == 0
+    with caplog.at_level(logging.WARNING):
+        result = runner.invoke(app, ["figures", "--aggregate", str(only_train), "--out",
+                                     str(tmp_path / "c")])
+    assert result.exit_code == 0 and (tmp_path / "c" / "group_size_ablation.pdf").is_file()
+    assert "no group-size ablation runs" in caplog.text
+
+
+def test_paper_reference_round_trips(tmp_path):
+    path = tmp_path / "paper" / "reference.parquet"
+    assert CliRunner().invoke(app, ["paper-reference", "--out", str(path)]).exit_code == 0
+    rows = read_table(path, PAPER_REFERENCE).to_pylist()
+    assert rows == reference_rows()
+    table1 = {(r["benchmark"], r["model"], r["method"]): r["value"]
+              for r in rows if r["table"] == "1"}
+    assert table1["aime25", "Qwen3-32B", "DFPO (Min-Replace)"] == 82.5  # paper.md, Table 1
+    assert ("aime25", "Qwen3-Next-80B-A3B-Thinking", "GRPO") not in table1  # not reported
+    assert sorted(r["group_size"] for r in rows if r["table"] == "4") == [2, 16]

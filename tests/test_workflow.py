@@ -1,0 +1,197 @@
+"""The Snakemake workflow: dry runs of every preset, lint, the smoke preset end to end (outputs and
+schemas, nothing to do on rerun, code edits rerun training, a killed training job resumes), and
+tables/figures from the committed aggregate alone.
+
+Snakemake locks its working directory, so every test that runs jobs works in its own temp copy of
+the workflow (Snakefile, rules, config, profiles, envs and the package, which rules import from
+the working directory through `python -m repro`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESETS = sorted(p.name for p in (ROOT / "config" / "presets").glob("*.yaml"))
+WORKFLOW = ["Snakefile", "rules", "config", "profiles", "envs", "repro", "pyproject.toml"]
+SMOKE = ["--configfile", "config/presets/smoke.yaml"]
+
+
+def snakemake(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(cwd)}
+    cmd = [sys.executable, "-m", "snakemake", *args]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def ok(proc: subprocess.CompletedProcess, cwd: Path | None = None) -> str:
+    """Assert success; on failure show Snakemake's output and every job log."""
+    if proc.returncode != 0:
+        logs = "".join(f"\n--- {p}\n{p.read_text()[-3000:]}"
+                       for p in sorted((cwd or ROOT).glob("logs/**/*.log")))
+        raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n"
+                             f"{proc.stderr[-6000:]}{logs}")
+    return proc.stdout + proc.stderr
+
+
+def jobs_planned(output: str) -> dict[str, int]:
+    """The 'Job stats' table of a dry run: rule -> count."""
+    counts: dict[str, int] = {}
+    lines = output.splitlines()
+    if "Job stats:" not in lines:
+        return counts
+    for line in lines[lines.index("Job stats:") + 3:]:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def copy_workflow(dest: Path, extra: tuple[str, ...] = ()) -> Path:
+    for name in WORKFLOW + list(extra):
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif src.exists():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+@pytest.mark.parametrize("preset", [None, *PRESETS])
+def test_dry_run_of_every_preset(preset):
+    args = ["-n", "--nolock", "--cores", "2"] + (["--configfile", f"config/presets/{preset}"]
+                                                  if preset else [])
+    planned = jobs_planned(ok(snakemake(*args)))
+    assert planned.get("train", 0) >= 2 and planned.get("evaluate", 0) >= 2, planned
+    assert {"aggregate", "tables", "figures"} <= set(planned), planned
+
+
+def test_paper_preset_runs_real_models_with_vllm_and_avg_at_32():
+    out = ok(snakemake("-n", "-p", "--nolock", "--cores", "2", "--configfile",
+                       "config/presets/paper-qwen3-32b.yaml"))
+    assert "--model Qwen/Qwen3-32B" in out and "--engine vllm" in out and "--k 32" in out
+    assert "--benchmark aime25 --benchmark hmmt25 --benchmark livecodebench" in out
+
+
+def test_slurm_profile_turns_train_and_eval_into_gpu_jobs():
+    import yaml
+
+    profile = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())
+    assert profile["executor"] == "slurm"
+    for rule in ("train", "evaluate", "evaluate_init"):
+        assert profile["set-resources"][rule]["gpu"] >= 1
+    rules = "".join(p.read_text() for p in (ROOT / "rules").glob("*.smk"))
+    assert "gpu=" not in rules and "slurm" not in rules  # sites and GPUs live in the profile
+
+
+def test_lint_is_clean():
+    out = ok(snakemake("--lint", "--nolock"))
+    assert "Lints for" not in out, out
+
+
+def test_bad_config_key_fails_at_parse_time_naming_it(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("eval: {k: 0}\n")
+    proc = snakemake("-n", "--nolock", "--configfile", str(bad))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "['eval']['k']" in out and "minimum of 1" in out, out
+    bad.write_text("run: {algorithms: [gspo, not_an_algo]}\n")
+    proc = snakemake("-n", "--nolock", "--configfile", str(bad))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "run.algorithms names ['not_an_algo']" in out, out
+
+
+@pytest.mark.slow
+def test_smoke_preset_end_to_end(tmp_path):
+    """Every output with its schema; rerun does nothing; editing objectives reruns training."""
+    wd = copy_workflow(tmp_path)
+    ok(snakemake("--cores", "2", *SMOKE, timeout=900, cwd=wd), wd)
+
+    from repro.results import AGG_EVAL_PROBLEMS, AGG_EVAL_SAMPLES, AGG_RUNS, AGG_TRAIN_CURVES
+
+    schemas = {"train_curves": AGG_TRAIN_CURVES, "eval_problems": AGG_EVAL_PROBLEMS,
+               "eval_samples": AGG_EVAL_SAMPLES, "runs": AGG_RUNS}
+    for name, schema in schemas.items():
+        table = pq.read_table(wd / "results" / "aggregate" / f"{name}.parquet")
+        assert table.schema.remove_metadata().equals(schema.remove_metadata()), name
+        assert table.num_rows > 0, name
+    for name in ("main", "compute", "mechanism", "ablations", "paper"):
+        for ext in ("md", "tex"):
+            assert (wd / "results" / "tables" / f"{name}.{ext}").stat().st_size > 0
+    for fig in ("reward_vs_compute", "entropy_vs_step", "logodds_drift_vs_step",
+                "kl_template_vs_step", "mechanism_vs_step", "group_size_ablation"):
+        for ext in ("pdf", "png"):
+            assert (wd / "results" / "figures" / f"{fig}.{ext}").stat().st_size > 0
+    assert (wd / "results" / "theory" / "theory.parquet").exists()
+
+    assert jobs_planned(ok(snakemake("-n", "--cores", "2", *SMOKE, cwd=wd), wd)) == {}
+
+    gspo = wd / "repro" / "objectives" / "gspo.py"
+    gspo.write_text(gspo.read_text() + "\n# an edit of the objectives code\n")
+    planned = jobs_planned(ok(snakemake("-n", "--cores", "2", *SMOKE, cwd=wd), wd))
+    assert planned.get("train") == 7 and "sft" not in planned, planned
+
+    report = wd / "results" / "report.html"
+    ok(snakemake("--report", str(report), *SMOKE, cwd=wd), wd)
+    assert report.stat().st_size > 10_000
+
+
+def training_process(scratch: str) -> int:
+    """pid of the `repro train` process working in `scratch` (found through /proc)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmd[1:4] == [b"-m", b"repro", b"train"] and any(scratch.encode() in c for c in cmd):
+            return int(entry.name)
+    raise AssertionError(f"no training process for {scratch}")
+
+
+@pytest.mark.slow
+def test_killed_training_job_resumes_from_its_checkpoint(tmp_path):
+    wd = copy_workflow(tmp_path)
+    (wd / "longer.yaml").write_text("train: {steps: 12, checkpoint_every: 2}\n")
+    args = ["--configfile", "config/presets/smoke.yaml", "longer.yaml"]
+    run = "algo=gspo/model=tiny/group_size=4/seed=0"
+    target = f"results/runs/{run}/train_log.parquet"
+    scratch = wd / "results" / "scratch" / run / "checkpoints"
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(wd)}
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", target, "--cores", "1", *args],
+                            cwd=wd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 300
+    while not (scratch / "step_000004").exists():
+        assert proc.poll() is None and time.time() < deadline, "job ended before its checkpoint"
+        time.sleep(0.2)
+    trainer = training_process(str(wd / "results" / "scratch" / run).split("results/")[1])
+    os.kill(trainer, signal.SIGKILL)  # the job dies mid-run (OOM killer, preemption)
+    assert proc.wait(timeout=120) != 0  # Snakemake reports the failed job and removes its outputs
+    assert not (wd / target).exists()
+
+    ok(snakemake(target, "--cores", "1", *args, cwd=wd), wd)
+    log = (wd / "logs" / "train" / f"{run}.log").read_text()
+    assert "resuming from" in log and "step_00000" in log, log[-2000:]
+    steps = pq.read_table(wd / target).column("step").to_pylist()
+    assert steps == list(range(1, 13))
+
+
+@pytest.mark.slow
+def test_tables_and_figures_from_the_committed_aggregate_alone(tmp_path):
+    """A fresh clone: no runs, only results/aggregate and results/paper."""
+    wd = copy_workflow(tmp_path, extra=("results/aggregate", "results/paper"))
+    planned = jobs_planned(ok(snakemake("-n", "--cores", "2", "tables", "figures", cwd=wd), wd))
+    assert set(planned) == {"tables", "figures"}, planned
+    ok(snakemake("--cores", "2", "tables", "figures", cwd=wd), wd)
+    assert (wd / "results" / "tables" / "main.md").read_text().count("|") > 10
+    assert (wd / "results" / "figures" / "reward_vs_compute.pdf").stat().st_size > 1000
