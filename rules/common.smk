@@ -24,7 +24,7 @@ check_names("run.models", config["run"]["models"], "models")
 check_names("run.algorithms", config["run"]["algorithms"], "algorithms")
 check_names("ablations.algorithms", config["ablations"]["algorithms"], "algorithms")
 check_names("ablations.group_algorithms", config["ablations"]["group_algorithms"], "algorithms")
-check_names("report.baseline", [config["report"]["baseline"]], "algorithms")
+check_names("report", [config["report"]["baseline"], config["report"]["proposed"]], "algorithms")
 
 
 def frac_label(fraction: float) -> str:
@@ -199,6 +199,7 @@ def study_options() -> str:
     return " ".join([
         f"--experiment {config['experiment']}",
         f"--baseline {r['baseline']}",
+        f"--proposed {r['proposed']}",
         f"--main-algos {','.join(config['run']['algorithms'])}",
         f"--main-group-size {MAIN_G}",
         f"--ablation-algos '{','.join(a['algorithms'])}'",

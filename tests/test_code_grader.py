@@ -261,6 +261,18 @@ def test_grade_many_keeps_order(grader: CodeGrader) -> None:
     assert verdicts == [PASS, NO_ANSWER, PASS, COMPILE_ERROR, WRONG_ANSWER]
 
 
+def test_grade_many_runs_each_distinct_program_once(grader: CodeGrader, monkeypatch) -> None:
+    square, wrong = fenced("print(int(input()) ** 2)"), fenced("print(1)")
+    items = [(SQUARES, square), (SQUARES, "thinking...\n" + square), (SQUARES, wrong),
+             (ADD_K, square), (SQUARES, square)]
+    runs = []
+    real_run = grader.run
+    monkeypatch.setattr(grader, "run", lambda code, tests: runs.append(code) or real_run(code, tests))
+    verdicts = [g.verdict for g in grader.grade_many(items)]
+    assert verdicts == [PASS, PASS, WRONG_ANSWER, RUNTIME_ERROR, PASS]
+    assert len(runs) == 3  # square and wrong on SQUARES, square on ADD_K
+
+
 def test_grader_config_errors_name_the_field() -> None:
     with pytest.raises(ValueError, match="timeout_per_test"):
         CodeGrader(Sandbox(), timeout_per_test=0)

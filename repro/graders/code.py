@@ -110,9 +110,17 @@ class CodeGrader:
         return self.run(code, problem.tests).grade
 
     def grade_many(self, items: list[tuple[Problem, str]]) -> list[Grade]:
-        """Grade in a pool of `workers` threads (each drives one sandbox); order is kept."""
+        """Grade in a pool of `workers` threads (each drives one sandbox); order is kept.
+
+        A program is run once per problem however many samples produced it (a small policy
+        repeats itself a lot): the verdict is a function of (code, tests), and the one source of
+        variation, timing near the limit, is not averaged away by LCB's evaluator either."""
+        keys = [(problem.problem_id, problem.text_hash(), extract_code(text) or text)
+                for problem, text in items]
+        first = {key: i for i, key in reversed(list(enumerate(keys)))}
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            return list(pool.map(lambda item: self.grade(*item), items))
+            grades = dict(zip(first, pool.map(lambda i: self.grade(*items[i]), first.values())))
+        return [grades[key] for key in keys]
 
     def run(self, code: str, tests: CodeTests) -> HarnessRun:
         """Run `code` against `tests` in a fresh sandbox and classify the outcome."""
