@@ -8,6 +8,7 @@ Compute matching: every algorithm of an experiment gets the same file with only 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,6 +121,9 @@ def fields_help() -> str:
     return "\n\n".join(lines)
 
 
+_SCIENTIFIC = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def parse_overrides(items: list[str]) -> dict[str, Any]:
     """`key=value` strings -> a nested dict (YAML-typed values; `a.b=1` -> {a: {b: 1}})."""
     data: dict[str, Any] = {}
@@ -128,6 +132,8 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if not sep:
             raise ValueError(f"override {item!r} must look like key=value")
         value = yaml.safe_load(raw)
+        if isinstance(value, str) and _SCIENTIFIC.fullmatch(value):
+            value = float(value)  # YAML 1.1 reads 5e-5 (no dot) as a string
         if "." in key:
             head, sub = key.split(".", 1)
             data.setdefault(head, {})[sub] = value
