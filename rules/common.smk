@@ -6,6 +6,8 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+from repro.training.export import frac_label  # the trainer's spelling of policy/frac=F
+
 
 validate(config, "../config/schema.yaml", set_default=True)
 
@@ -27,15 +29,10 @@ check_names("ablations.group_algorithms", config["ablations"]["group_algorithms"
 check_names("report", [config["report"]["baseline"], config["report"]["proposed"]], "algorithms")
 
 
-def frac_label(fraction: float) -> str:
-    """The spelling of a budget fraction in paths (as repro.training.export.frac_label)."""
-    return repr(float(fraction))
-
-
 FRACTIONS = [frac_label(f) for f in config["eval"]["fractions"]]
 FINAL = frac_label(max(config["eval"]["fractions"]))
-MAIN_G = int(config["train"].get("group_size", 8))
-MAIN_P = int(config["train"].get("prompts_per_step", 8))
+MAIN_G = int(config["train"]["group_size"])
+MAIN_P = int(config["train"]["prompts_per_step"])
 RUN = "algo={algo}/model={model}/group_size={group_size}/seed={seed}"
 INIT = "algo=init/model={model}/seed=0/frac=0.0"
 RUN_DIR = "results/runs/algo={algo}/model={model}/group_size={group_size}/seed={seed}"
@@ -68,7 +65,7 @@ THEORY_CODE = source_digest("theory", "objectives", "diagnostics")
 def prompts_per_step(group_size: int) -> int:
     """Group-size ablation at equal compute: P x G responses per step for every G."""
     total = MAIN_P * MAIN_G
-    if total % group_size or (total // group_size) % int(config["train"].get("minibatches", 4)):
+    if total % group_size or (total // group_size) % int(config["train"]["minibatches"]):
         raise ValueError(
             f"config: ablations.group_sizes has {group_size}, but train.prompts_per_step x "
             f"train.group_size = {total} responses per step do not split into whole groups "
@@ -97,7 +94,10 @@ def run_keys() -> list[dict]:
     unique = {}
     for r in runs:
         key = (r["algo"], r["model"], r["group_size"], r["seed"])
-        unique[key] = unique.get(key, r) | {"main": unique.get(key, r)["main"] or r["main"]}
+        if key in unique:
+            unique[key]["main"] |= r["main"]
+        else:
+            unique[key] = r
     return list(unique.values())
 
 
@@ -146,9 +146,8 @@ def sft_overrides(wildcards) -> str:
 
 
 def job_env(wildcards) -> str:
-    """--sdm conda environment of model-running jobs: vLLM's when any of them uses it."""
-    vllm = config["eval"]["engine"] == "vllm" or config["train"].get("rollout_engine") == "vllm"
-    return "../envs/gpu.yaml" if vllm else "../envs/cpu.yaml"
+    """--sdm conda environment of model-running jobs: vLLM's when evaluation uses it."""
+    return "../envs/gpu.yaml" if config["eval"]["engine"] == "vllm" else "../envs/cpu.yaml"
 
 
 def start_policy_of(wildcards) -> str:

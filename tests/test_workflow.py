@@ -69,7 +69,8 @@ def copy_workflow(dest: Path, extra: tuple[str, ...] = ()) -> Path:
 
 @pytest.mark.parametrize("preset", [None, *PRESETS])
 def test_dry_run_of_every_preset(preset):
-    args = ["-n", "--nolock", "--cores", "2"] + (["--configfile", f"config/presets/{preset}"]
+    # --forceall: the whole DAG, whatever outputs this checkout already holds
+    args = ["-n", "-F", "--nolock", "--cores", "2"] + (["--configfile", f"config/presets/{preset}"]
                                                   if preset else [])
     planned = jobs_planned(ok(snakemake(*args)))
     assert planned.get("train", 0) >= 2 and planned.get("evaluate", 0) >= 2, planned
@@ -77,7 +78,7 @@ def test_dry_run_of_every_preset(preset):
 
 
 def test_paper_preset_runs_real_models_with_vllm_and_avg_at_32():
-    out = ok(snakemake("-n", "-p", "--nolock", "--cores", "2", "--configfile",
+    out = ok(snakemake("-n", "-F", "-p", "--nolock", "--cores", "2", "--configfile",
                        "config/presets/paper-qwen3-32b.yaml"))
     assert "--model Qwen/Qwen3-32B" in out and "--engine vllm" in out and "--k 32" in out
     assert "--benchmark aime25 --benchmark hmmt25 --benchmark livecodebench" in out
