@@ -9,7 +9,7 @@ from repro.objectives import dfpo, grpo, grpo_fix, gspo  # noqa: F401  (register
 from repro.objectives.advantages import AdvantageConfig, group_advantages
 from repro.objectives.aggregation import Normalisers, aggregate
 from repro.objectives.base import AGG_MODES, LossConfig, Minibatch
-from repro.objectives.dfpo import DFPOConfig
+from repro.objectives.dfpo import DFPOConfig, dfpo_weights
 from repro.objectives.groups import Groups
 from repro.objectives.grpo import GRPOConfig
 from repro.objectives.grpo_fix import GRPOFixConfig
@@ -40,6 +40,7 @@ __all__ = [
     "aggregate",
     "algorithm_names",
     "apply_transform",
+    "dfpo_weights",
     "get_algorithm",
     "group_advantages",
     "make_config",

@@ -61,6 +61,10 @@ class Minibatch:
     mask: Tensor  # [B, T] bool, True on response tokens
     advantages: Tensor  # [B] float, one per sequence
     group: Tensor  # [B] int, rows with equal ids answer the same prompt
+    # [B] detached per-sequence weights computed beforehand over whole groups (DFPO's w~), for a
+    # minibatch that holds only part of a group (split across micro-steps or processes): the
+    # transform needs the whole group, so the caller computes it first with `dfpo_weights`.
+    seq_weight: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.logp.dim() != 2:
@@ -78,7 +82,12 @@ class Minibatch:
             raise ValueError(f"`mask` must be bool, got {self.mask.dtype}")
         if not self.logp.dtype.is_floating_point:
             raise ValueError(f"`logp` must be floating point, got {self.logp.dtype}")
+        if self.seq_weight is not None and self.seq_weight.shape != shape[:1]:
+            raise ValueError(f"`seq_weight` must be [B] = [{shape[0]}], got "
+                             f"{tuple(self.seq_weight.shape)}")
         object.__setattr__(self, "logp_old", self.logp_old.detach())
+        if self.seq_weight is not None:
+            object.__setattr__(self, "seq_weight", self.seq_weight.detach())
 
     @cached_property
     def groups(self) -> Groups:

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from repro.objectives.aggregation import Normalisers, aggregate
 from repro.objectives.base import LossConfig, Minibatch, require
+from repro.objectives.groups import Groups
 from repro.objectives.metrics import common_metrics
 from repro.objectives.registry import register_algorithm
 from repro.objectives.transforms import TRANSFORMS, apply_transform
@@ -53,6 +54,22 @@ class DFPOConfig(LossConfig):
             require(0 <= lo < hi, self, "weight_clip", "must be [lo, hi] with 0 <= lo < hi")
 
 
+def dfpo_weights(
+    cfg: DFPOConfig, log_s: Tensor, adv: Tensor, groups: Groups
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(w~, w, s) per sequence from log s_i, A_i and whole groups.
+
+    Split from the loss so that a caller whose minibatch holds only part of a group (a group
+    split across micro-steps or processes) can gather (group, log s, A) of the whole group
+    first, compute w~ here without grad, and pass it as `Minibatch.seq_weight`: the gradient is
+    then the same as with the whole group in one minibatch. Returns w~ with its graph when
+    `log_s` carries one (the stop_gradient=False ablation)."""
+    s = torch.exp(log_s)
+    w = s.clamp(*cfg.weight_clip) if cfg.weight_clip else s
+    w_t = apply_transform(cfg.transform, w, adv.to(w.dtype), groups)
+    return w_t, w, s
+
+
 @register_algorithm(DFPOConfig)
 def dfpo_loss(
     cfg: DFPOConfig, batch: Minibatch, norm: Normalisers | None = None
@@ -60,10 +77,16 @@ def dfpo_loss(
     log_s = batch.seq_log_ratio()
     if cfg.stop_gradient:
         log_s = log_s.detach()
-    s = torch.exp(log_s)
-    w = s.clamp(*cfg.weight_clip) if cfg.weight_clip else s
-    adv = batch.advantages.to(w.dtype)
-    w_t = apply_transform(cfg.transform, w, adv, batch.groups)
+    adv = batch.advantages.to(log_s.dtype)
+    if batch.seq_weight is None:
+        w_t, w, s = dfpo_weights(cfg, log_s, adv, batch.groups)
+    elif cfg.stop_gradient:  # precomputed over whole groups (see dfpo_weights)
+        s = torch.exp(log_s)
+        w = s.clamp(*cfg.weight_clip) if cfg.weight_clip else s
+        w_t = batch.seq_weight.to(w.dtype)
+    else:
+        raise ValueError("DFPOConfig.stop_gradient=False needs the whole group in the minibatch; "
+                         "precomputed `seq_weight` carries no graph")
     if cfg.stop_gradient:
         w_t = w_t.detach()
     loss = aggregate(-(w_t * adv)[:, None] * batch.unit(), batch.mask, cfg, norm)

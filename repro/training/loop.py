@@ -20,12 +20,11 @@ import torch
 from tqdm import tqdm
 
 from repro.atomic import atomic_dir
-from repro.diagnostics import cancellation_metrics, token_coefficients
 from repro.generation.base import SamplingConfig
 from repro.generation.hf import HFEngine
 from repro.models import load
-from repro.objectives import AdvantageConfig, Minibatch, group_advantages, policy_loss
-from repro.objectives.kl import k3_kl_penalty
+from repro.engines.core import loss_and_diagnostics
+from repro.objectives import AdvantageConfig, group_advantages
 from repro.results import TRAIN_LOG, write_table
 from repro.training.checkpoint import (
     latest_checkpoint,
@@ -138,12 +137,10 @@ def train_step(cfg, step, model, tok, ref, opt, loss_cfg, stream, rewarder, engi
         ids, attn, resp = (t[rows, :width] for t in args)
         logp, _ = response_logprobs(model, ids, attn, resp, chunk_size=cfg.logprob_chunk,
                                     with_entropy=False)
-        mb = Minibatch(logp, logp_old[rows, :width], resp, adv[rows], batch.group[rows])
-        loss, metrics = policy_loss(loss_cfg, mb)
-        if ref_logp is not None:
-            loss = loss + cfg.kl_coef * k3_kl_penalty(logp, ref_logp[rows, :width], resp)
-        coef = token_coefficients(loss, logp)
-        metrics |= cancellation_metrics(coef, ids, resp, batch.group[rows], adv[rows], len(tok))
+        loss, metrics = loss_and_diagnostics(
+            loss_cfg, logp, logp_old[rows, :width], resp, adv[rows], batch.group[rows], ids,
+            len(tok), ref_logp=None if ref_logp is None else ref_logp[rows, :width],
+            kl_coef=cfg.kl_coef)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf)

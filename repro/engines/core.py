@@ -1,0 +1,84 @@
+"""The one loss + diagnostics call shared by every training engine (native loop, TRL subclass).
+
+Why one function: the same formula gets different normalisers and batching in each framework
+(trl#3823, verl PR #5798). Here every engine hands over one piece of an optimizer minibatch
+(a micro-step on one process) together with the minibatch's *global* counts and the world size,
+and gets back the loss whose gradient, summed over micro-steps and averaged by DDP/FSDP over
+processes, equals `policy_loss` on the whole minibatch in one piece.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from repro.diagnostics import cancellation_metrics, token_coefficients
+from repro.objectives import DFPOConfig, Groups, LossConfig, Minibatch, Normalisers, policy_loss
+from repro.objectives.dfpo import dfpo_weights
+from repro.objectives.kl import k3_kl_penalty
+
+
+def loss_and_diagnostics(
+    cfg: LossConfig,
+    logp: Tensor,
+    logp_old: Tensor,
+    mask: Tensor,
+    adv: Tensor,
+    group: Tensor,
+    tokens: Tensor,
+    vocab_size: int,
+    *,
+    norm: Normalisers | None = None,
+    world_size: int = 1,
+    seq_weight: Tensor | None = None,
+    ref_logp: Tensor | None = None,
+    kl_coef: float = 0.0,
+    diagnostics: bool = True,
+) -> tuple[Tensor, dict[str, float]]:
+    """(loss to backpropagate, metrics) of one micro-step.
+
+    `norm`: the global optimizer minibatch's token/sequence counts (None: this piece is the whole
+    minibatch). `world_size`: the loss is multiplied by it to undo the gradient averaging of
+    DDP/FSDP (verl's `dp_size` in `agg_loss`). `seq_weight`: DFPO's precomputed weights when a
+    group is split (see `sequence_weights`). Diagnostics (asym, residual_full, freq_energy)
+    come from c = -dL/dlogp of this piece's own loss before the world-size factor; they need
+    whole groups in the piece, so pass diagnostics=False otherwise (they are then NaN).
+    """
+    mb = Minibatch(logp, logp_old, mask, adv, group, seq_weight=seq_weight)
+    loss, metrics = policy_loss(cfg, mb, norm)
+    if ref_logp is not None and kl_coef > 0:
+        loss = loss + kl_coef * k3_kl_penalty(logp, ref_logp, mask)
+    if diagnostics:
+        coef = token_coefficients(loss, logp)
+        metrics |= cancellation_metrics(coef, tokens, mask, group, adv, vocab_size)
+    else:
+        metrics |= {"asym": math.nan, "residual_full": math.nan, "freq_energy": math.nan}
+    if world_size != 1:
+        loss = loss * world_size
+    return loss, metrics
+
+
+def sequence_weights(
+    cfg: LossConfig, logp: Tensor, logp_old: Tensor, mask: Tensor, adv: Tensor, group: Tensor
+) -> Tensor | None:
+    """The no-grad pre-pass: DFPO's w~ over whole groups (all rows of every group present,
+    e.g. gathered across processes), to be sliced into `seq_weight` of each piece. None for
+    objectives whose per-sequence terms need no other member of the group."""
+    if not isinstance(cfg, DFPOConfig):
+        return None
+    with torch.no_grad():
+        mb = Minibatch(logp.detach(), logp_old, mask, adv, group)
+        w_t, _, _ = dfpo_weights(cfg, mb.seq_log_ratio(), mb.advantages, Groups.from_ids(group))
+    return w_t.detach()
+
+
+def global_normalisers(mask: Tensor, all_reduce_sum=None) -> Normalisers:
+    """Token and non-empty-sequence counts of the optimizer minibatch, summed over the pieces
+    by `all_reduce_sum` (a function on a 1-D tensor; None = this piece is the whole batch)."""
+    counts = torch.stack([mask.sum(), (mask.sum(-1) > 0).sum()]).to(torch.float64)
+    if all_reduce_sum is not None:
+        counts = all_reduce_sum(counts)
+    n_tok, n_seq = (float(c) for c in counts)
+    return Normalisers(num_tokens=max(n_tok, 1.0), num_seqs=max(n_seq, 1.0))
