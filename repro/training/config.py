@@ -19,6 +19,9 @@ from repro.objectives import make_config
 from repro.objectives.advantages import SCALES
 
 
+ENGINES = ("native", "trl")
+
+
 @dataclass
 class TrainConfig:
     model: str = field(default="", metadata={"help": "SFT checkpoint folder or hub id to start from."})
@@ -71,6 +74,18 @@ class TrainConfig:
     )
     probe_n: int = field(default=16, metadata={"help": "Probe prompts for logodds_drift / kl_template."})
     logprob_chunk: int = field(default=1024, metadata={"help": "Rows per lm_head chunk in log-prob passes."})
+    engine: str = field(
+        default="native",
+        metadata={"help": "Trainer: 'native' (this package's single-process loop, the CPU "
+                  "reference) or 'trl' (TRL 1.16's GRPOTrainer with the same objectives, "
+                  "for GPUs, FSDP2 and vLLM rollouts through `accelerate launch`)."},
+    )
+    trl_args: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "engine=trl only: extra GRPOConfig fields (e.g. use_vllm: true, "
+                  "vllm_mode: colocate). Fields this config sets, and TRL options that would "
+                  "change the objective, are refused by name."},
+    )
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, rule: str) -> None:
@@ -104,6 +119,12 @@ class TrainConfig:
         need(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0")
         need(all(0 < f <= 1 for f in self.checkpoint_fractions), "checkpoint_fractions",
              "must lie in (0, 1]")
+        need(self.engine in ENGINES, "engine", f"must be one of {ENGINES}")
+        need(self.engine == "trl" or not self.trl_args, "trl_args", "needs engine=trl")
+        if self.engine == "trl":
+            from repro.engines.trl_args import check_train_config
+
+            check_train_config(self)
 
     def loss_config(self) -> Any:
         return make_config(self.algorithm, **self.objective)

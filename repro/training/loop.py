@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 from tqdm import tqdm
 
 from repro.atomic import atomic_dir
@@ -50,16 +51,12 @@ def train(
 
     `fingerprint` (e.g. the pipeline's source digest) is stored with every checkpoint next to the
     resolved config; `resume` continues only from a checkpoint with the same pair."""
+    if cfg.engine == "trl":
+        from repro.engines.trl import train_trl
+
+        return train_trl(cfg, out, label=label, resume=resume, fingerprint=fingerprint)
     out = Path(out)
-    label = label or cfg.algorithm
-    identity = {"config": cfg.to_dict(), "label": label, "fingerprint": fingerprint}
-    ckpt = latest_checkpoint(out) if resume else None
-    if ckpt is not None and not same_run(ckpt, identity):
-        print(f"repro train: {ckpt} was written by another config or code version; starting over")
-        ckpt = None
-    (out / MANIFEST).unlink(missing_ok=True)  # written again when this run completes
-    if ckpt is None and (out / "checkpoints").exists():
-        shutil.rmtree(out / "checkpoints")  # a fresh run never mixes with an old one's state
+    label, identity, ckpt = open_run(cfg, out, label, resume, fingerprint)
     torch.manual_seed(cfg.seed)
     model, tok = load(ckpt / "policy" if ckpt else cfg.model)
     model.train()
@@ -76,10 +73,7 @@ def train(
         state = load_trainer_state(ckpt, opt)
         print(f"repro train: resuming from {ckpt} (step {state['step']})")
     else:
-        logodds0, ctx0 = probes.measure(model) if probes else (math.nan, None)
-        state = {"step": 0, "gen_cum": 0, "trained_cum": 0, "flops_cum": 0.0,
-                 "logodds0": logodds0, "prev_ctx": ctx0, "log": [], "saved_fractions": [],
-                 "fraction_steps": {}}
+        state = initial_state(probes, model)
     loss_cfg = cfg.loss_config()
     n_params = sum(p.numel() for p in model.parameters())
     bar = tqdm(total=cfg.steps, initial=state["step"], desc=f"train {label}", unit="step")
@@ -101,12 +95,41 @@ def train(
     finally:
         bar.close()
         rewarder.close()
+    return finish_run(out, model, tok, state, identity, cfg)
+
+
+def open_run(cfg: TrainConfig, out: Path, label: str | None, resume: bool,
+             fingerprint: str) -> tuple[str, dict[str, Any], Path | None]:
+    """(label, identity, checkpoint to resume or None); clears what a fresh run must not mix
+    with. Shared by every engine so resume and the scratch layout behave the same."""
+    label = label or cfg.algorithm
+    identity = {"config": cfg.to_dict(), "label": label, "fingerprint": fingerprint}
+    ckpt = latest_checkpoint(out) if resume else None
+    if ckpt is not None and not same_run(ckpt, identity):
+        print(f"repro train: {ckpt} was written by another config or code version; starting over")
+        ckpt = None
+    (out / MANIFEST).unlink(missing_ok=True)  # written again when this run completes
+    if ckpt is None and (out / "checkpoints").exists():
+        shutil.rmtree(out / "checkpoints")  # a fresh run never mixes with an old one's state
+    return label, identity, ckpt
+
+
+def finish_run(out: Path, model, tok, state: dict[str, Any], identity: dict[str, Any],
+               cfg: TrainConfig) -> Path:
+    """Log, final policy, then the manifest (last: a run folder with a manifest is complete)."""
     write_log(out, state["log"], cfg)
     final = save_final(out, model, tok)
     fraction_steps = {frac_label(f): s for f, s in state.get("fraction_steps", {}).items()}
     write_manifest(out / MANIFEST, identity | {"steps_done": state["step"],
                                                 "fraction_steps": fraction_steps})
     return final
+
+
+def initial_state(probes: ProbeSet | None, model) -> dict[str, Any]:
+    """Counters and probe baselines of a run at step 0."""
+    logodds0, ctx0 = probes.measure(model) if probes else (math.nan, None)
+    return {"step": 0, "gen_cum": 0, "trained_cum": 0, "flops_cum": 0.0, "logodds0": logodds0,
+            "prev_ctx": ctx0, "log": [], "saved_fractions": [], "fraction_steps": {}}
 
 
 def train_step(cfg, step, model, tok, ref, opt, loss_cfg, stream, rewarder, engine, n_params,
@@ -149,21 +172,33 @@ def train_step(cfg, step, model, tok, ref, opt, loss_cfg, stream, rewarder, engi
     t2 = time.perf_counter()
 
     resp_mask = batch.response_mask
-    gen = int(resp_mask.sum())
+    return step_row(cfg, state, n_params, ref is not None, resp_mask.sum(-1), batch.reward,
+                    batch.truncated, float(entropy[resp_mask].mean()), adv_info["zero_adv_frac"],
+                    updates, t1 - t0, t2 - t1)
+
+
+def step_row(cfg: TrainConfig, state: dict[str, Any], n_params: int, has_ref: bool,
+             lengths: Tensor, reward: Tensor, truncated: Tensor, entropy: float,
+             zero_adv_frac: float, updates: list[dict[str, float]], time_rollout: float,
+             time_update: float) -> dict[str, Any]:
+    """One TRAIN_LOG row of a rollout step from its rollout stats and its K updates' metrics;
+    also advances the token and FLOPs counters in `state`. Shared by every engine, so the log
+    schema and the compute accounting cannot drift apart."""
+    gen = int(lengths.sum())
     state["gen_cum"] += gen
     state["trained_cum"] += gen
-    state["flops_cum"] += 2.0 * n_params * gen * (2 + (ref is not None)) + 6.0 * n_params * gen
-    lengths = resp_mask.sum(-1).double()
+    state["flops_cum"] += 2.0 * n_params * gen * (2 + has_ref) + 6.0 * n_params * gen
+    lengths = lengths.double()
     return {
         "gen_tokens": gen, "gen_tokens_cum": state["gen_cum"],
         "trained_tokens_cum": state["trained_cum"], "flops_cum": state["flops_cum"],
-        "reward_mean": float(batch.reward.mean()), "reward_std": float(batch.reward.std()),
-        "accuracy": float((batch.reward == 1).double().mean()),
-        "response_len": float(lengths.mean()), "truncated_frac": float(batch.truncated.double().mean()),
-        "entropy": float(entropy[resp_mask].mean()),
+        "reward_mean": float(reward.mean()), "reward_std": float(reward.std()),
+        "accuracy": float((reward == 1).double().mean()),
+        "response_len": float(lengths.mean()), "truncated_frac": float(truncated.double().mean()),
+        "entropy": entropy,
         "w_min": min(u["w_min"] for u in updates), "w_max": max(u["w_max"] for u in updates),
-        "zero_adv_frac": adv_info["zero_adv_frac"], "lr": cfg.lr,
-        "time_rollout": t1 - t0, "time_update": t2 - t1,
+        "zero_adv_frac": zero_adv_frac, "lr": cfg.lr,
+        "time_rollout": time_rollout, "time_update": time_update,
     } | {k: nanmean([u[k] for u in updates]) for k in MEAN_KEYS}
 
 

@@ -1,0 +1,184 @@
+"""`repro train engine=trl`: the run driver around ReproGRPOTrainer.
+
+Writes exactly what the native engine writes, through the native engine's own functions: the
+scratch layout (`checkpoints/step_NNNNNN/{policy/, trainer_state.pt, run.json}`, `final/`,
+`train_log.parquet`, `manifest.json`), one TRAIN_LOG row per rollout step (`step_row`), the
+budget-fraction checkpoints (`checkpoint_due`) that `export_run` copies, and resume from the
+newest checkpoint. The prompt stream is the native `PromptStream(seed, step)`, materialised in
+order (TRL's dataset shuffle is off), so both engines train on the same prompts.
+
+A resumed TRL run continues the step count, the counters and the log, but is not bit-identical
+to an uninterrupted one (TRL's sampler and RNG are re-created; the native engine's SIGKILL test
+stays native-only).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PrinterCallback, TrainerCallback
+
+from repro.engines.trl_args import build_grpo_config, check_layout
+from repro.models import load
+from repro.training.checkpoint import load_trainer_state, save_checkpoint
+from repro.training.config import TrainConfig
+from repro.training.loop import (
+    checkpoint_due,
+    finish_run,
+    initial_state,
+    open_run,
+    probe_row,
+    step_row,
+    write_log,
+)
+from repro.training.probes import ProbeSet
+from repro.training.rollout import PromptStream, Rewarder
+
+
+class ProblemReward:
+    """TRL reward function: grades each completion against its problem with the project's
+    graders (`Rewarder`), through the dataset's `problem_key` column."""
+
+    __name__ = "repro_reward"
+
+    def __init__(self, rewarder: Rewarder, problems: list[Any]) -> None:
+        self.rewarder, self.problems = rewarder, problems
+
+    def __call__(self, prompts, completions, problem_key, **_: Any) -> list[float]:
+        return self.rewarder([(self.problems[k], c) for k, c in zip(problem_key, completions)])
+
+
+def prompt_dataset(stream: PromptStream, tok, first: int, last: int):
+    """Rows of steps first..last in stream order (P per step), chat-templated as the native
+    rollout does, plus the list of problems the reward function looks up by `problem_key`."""
+    from datasets import Dataset
+
+    from repro.benchmarks import build_messages
+
+    rows, problems = [], []
+    for step in range(first, last + 1):
+        for name, problem in stream.at(step):
+            text = tok.apply_chat_template(build_messages(stream.specs[name], problem),
+                                           tokenize=False, add_generation_prompt=True)
+            rows.append({"prompt": text, "problem_key": len(problems)})
+            problems.append(problem)
+    return Dataset.from_list(rows), problems
+
+
+class RunLog(TrainerCallback):
+    """Collects one rollout step's records from the trainer and, once its K updates and their
+    grad norms are in, appends the TRAIN_LOG row, runs the probes and saves due checkpoints."""
+
+    def __init__(self, cfg: TrainConfig, out: Path, state: dict[str, Any], identity, probes,
+                 label: str, n_params: int) -> None:
+        self.cfg, self.out, self.state, self.identity = cfg, out, state, identity
+        self.probes, self.label, self.n_params = probes, label, n_params
+        self.trainer: Any = None
+        self.resume_from: Path | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.roll: dict[str, Any] | None = None
+        self.updates: list[dict[str, float]] = []
+        self.entropy = [0.0, 0]
+        self.t_end_rollout = 0.0
+
+    def rollout(self, **record: Any) -> None:
+        self.roll = record
+        self.t_end_rollout = time.perf_counter()
+
+    def update(self, metrics: dict[str, float], entropy_sum: float, entropy_n: int) -> None:
+        self.updates.append(metrics)
+        self.entropy[0] += entropy_sum
+        self.entropy[1] += entropy_n
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.resume_from is not None:  # the optimizer exists only now
+            load_trainer_state(self.resume_from, self.trainer.optimizer)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "grad_norm" not in logs or not self.updates:
+            return control
+        self.updates[len(self.updates) - 1]["grad_norm"] = float(logs["grad_norm"])
+        if len(self.updates) < self.cfg.minibatches:
+            return control
+        self._finish_step(control)
+        return control
+
+    def _finish_step(self, control) -> None:
+        cfg, st, trainer = self.cfg, self.state, self.trainer
+        step = st["step"] + 1
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        roll = self.roll
+        entropy = self.entropy[0] / max(self.entropy[1], 1)
+        row = step_row(cfg, st, self.n_params, cfg.kl_coef > 0, roll["lengths"], roll["reward"],
+                       roll["truncated"], entropy, roll["zero_adv_frac"], self.updates,
+                       roll["seconds"], time.perf_counter() - self.t_end_rollout)
+        row |= probe_row(self.probes, model, st)
+        row |= {"algorithm": self.label, "objective": cfg.algorithm, "seed": cfg.seed,
+                "step": step}
+        st["log"].append(row)
+        st["step"] = step
+        self._reset()
+        if checkpoint_due(cfg, st) and trainer.accelerator.is_main_process:
+            save_checkpoint(self.out, step, model, trainer.processing_class, trainer.optimizer,
+                            st, self.identity)
+            write_log(self.out, st["log"], cfg)
+        if cfg.token_budget is not None and st["gen_cum"] >= cfg.token_budget:
+            control.should_training_stop = True
+
+
+def train_trl(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: bool = False,
+              fingerprint: str = "") -> Path:
+    """Train with TRL into `out` (same outputs as `repro.training.loop.train`)."""
+    from accelerate import PartialState
+
+    from repro.engines.trl_trainer import ReproGRPOTrainer
+
+    out = Path(out)
+    world = PartialState().num_processes
+    check_layout(cfg, world)
+    label, identity, ckpt = open_run(cfg, out, label, resume, fingerprint)
+    torch.manual_seed(cfg.seed)
+    model, tok = load(ckpt / "policy" if ckpt else cfg.model)
+    stream = PromptStream(cfg.tasks, cfg.seed, cfg.prompts_per_step,
+                          data_dir=Path(cfg.data_dir) if cfg.data_dir else None,
+                          sha256_pins=cfg.sha256_pins or None)
+    synthetic = [n for n in stream.names if stream.specs[n].source == "synthetic"]
+    probes = ProbeSet(tok, synthetic, cfg.probe_n) if synthetic and world == 1 else None
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)["state"] if ckpt else None
+    if state is None:
+        model.eval()
+        state = initial_state(probes, model)
+    done = state["step"]
+    if done >= cfg.steps or (cfg.token_budget is not None and state["gen_cum"] >= cfg.token_budget):
+        return finish_run(out, model, tok, state, identity, cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    log = RunLog(cfg, out, state, identity, probes, label, n_params)
+    log.resume_from = ckpt
+    dataset, problems = prompt_dataset(stream, tok, done + 1, cfg.steps)
+    rewarder = Rewarder({stream.specs[n].kind for n in stream.names})
+    half = model.dtype in (torch.bfloat16, torch.float16)
+    args = build_grpo_config(cfg, out=out, world_size=world, steps=cfg.steps - done,
+                             half_precision=half, use_cpu=not torch.cuda.is_available())
+    model.train()
+    trainer = ReproGRPOTrainer(model=model, processing_class=tok, args=args,
+                               reward_funcs=[ProblemReward(rewarder, problems)],
+                               train_dataset=dataset, callbacks=[log], repro=cfg,
+                               rollout_step0=done, sink=log)
+    trainer.remove_callback(PrinterCallback)  # the TRAIN_LOG Parquet is the log
+    log.trainer = trainer
+    if ckpt is not None:
+        print(f"repro train: resuming from {ckpt} (step {done})")
+    try:
+        trainer.train()
+    finally:
+        rewarder.close()
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if not trainer.accelerator.is_main_process:
+        return out / "final"
+    return finish_run(out, model, tok, state, identity, cfg)
+

@@ -1,0 +1,125 @@
+"""TrainConfig -> trl.GRPOConfig, set field by field, and the TRL options this engine refuses.
+
+Why explicit: GRPOConfig's defaults silently change the objective or the comparison with the
+native engine (research note gpu_trainer.md section 13.5): bf16 autocast even on CPU, gradient
+checkpointing, a linear lr decay, a shuffled prompt order, seed 42, vLLM importance-sampling
+correction, entropy masking... Every field that matters is set here from TrainConfig, and every
+TRL option that would change the objective is refused by name before any compute.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from repro.training.config import TrainConfig
+
+TRL_VERSION = "1.16.0"  # the private methods the subclass overrides are pinned to this release
+
+# GRPOConfig fields derived from TrainConfig: set them through TrainConfig, not trl_args.
+OWNED = (
+    "output_dir", "per_device_train_batch_size", "gradient_accumulation_steps",
+    "steps_per_generation", "generation_batch_size", "num_generations", "num_iterations",
+    "max_steps", "num_train_epochs", "learning_rate", "lr_scheduler_type", "warmup_steps",
+    "warmup_ratio", "weight_decay", "max_grad_norm", "seed", "data_seed", "shuffle_dataset",
+    "temperature", "top_p", "top_k", "max_completion_length", "beta", "loss_type", "epsilon",
+    "epsilon_high", "scale_rewards", "importance_sampling_level", "report_to", "logging_steps",
+    "save_strategy", "remove_unused_columns", "use_cpu", "cast_lm_head_to_fp32", "optim",
+)
+
+# Options that change the objective or the sampling distribution; value -> why it is refused.
+# Each entry: (the neutral value this engine requires, reason).
+REFUSED: dict[str, tuple[Any, str]] = {
+    "vllm_importance_sampling_correction": (
+        False, "re-weights or masks sequences by the vLLM/trainer ratio outside the objective"),
+    "use_liger_kernel": (False, "reroutes compute_loss to Liger's own GRPO loss"),
+    "top_entropy_quantile": (1.0, "masks the policy gradient of low-entropy tokens"),
+    "off_policy_mask_threshold": (None, "masks off-policy sequences out of the loss"),
+    "mask_truncated_completions": (False, "drops truncated responses from the loss"),
+    "delta": (None, "adds a two-sided clip to the ratio"),
+    "entropy_coef": (0.0, "adds an entropy bonus to the loss"),
+    "use_adaptive_entropy": (False, "adds an entropy bonus to the loss"),
+    "bf16": (False, "autocasts to bf16 (even on CPU): load the model in bf16 instead"),
+    "fp16": (False, "autocasts to fp16: load the model in half precision instead"),
+    "gradient_checkpointing": (False, "recomputes activations (2x slower on CPU); not asked for"),
+    "sync_ref_model": (False, "moves the KL reference during training"),
+    "min_p": (None, "changes the sampling distribution away from the native engine's"),
+    "repetition_penalty": (1.0, "changes the sampling distribution away from the native engine's"),
+    "generation_kwargs": (None, "changes the sampling distribution away from the native engine's"),
+}
+
+
+def check_train_config(cfg: TrainConfig) -> None:
+    """TrainConfig checks specific to engine=trl (called from TrainConfig validation)."""
+    for key in sorted(cfg.trl_args):
+        if key in OWNED:
+            raise ValueError(f"TrainConfig.trl_args.{key} is set from TrainConfig; set the "
+                             "TrainConfig field instead")
+        if key in REFUSED and cfg.trl_args[key] != REFUSED[key][0]:
+            raise ValueError(f"TrainConfig.trl_args.{key}={cfg.trl_args[key]!r} is refused: "
+                             f"{REFUSED[key][1]}")
+    if cfg.behaviour_logprobs != "trainer":
+        raise ValueError("TrainConfig.behaviour_logprobs must be 'trainer' with engine=trl (the "
+                         f"sampler's log-probs are not wired in), got {cfg.behaviour_logprobs!r}")
+    objective = cfg.loss_config()
+    if objective.loss_agg_mode == "seq-mean-token-sum-norm" and objective.loss_norm_length is None:
+        raise ValueError("TrainConfig.objective.loss_norm_length must be set for "
+                         "seq-mean-token-sum-norm with engine=trl (TRL pads differently, so the "
+                         "padded length is not the native engine's)")
+
+
+def check_layout(cfg: TrainConfig, world_size: int) -> None:
+    """Refuse a layout where a process would hold part of a group in a micro-step: each of the
+    K optimizer minibatches has P/K whole groups, spread over the processes, so P/K must be a
+    multiple of the number of processes (research note R1). Without that, DFPO would need the
+    cross-process pre-pass, which this engine does not run."""
+    per_update = cfg.prompts_per_step // cfg.minibatches
+    if per_update % world_size:
+        raise ValueError(
+            f"TrainConfig.prompts_per_step/minibatches = {cfg.prompts_per_step}/"
+            f"{cfg.minibatches} = {per_update} groups per update cannot be split into whole "
+            f"groups over num_processes={world_size}; make it a multiple of the process count")
+
+
+def check_grpo_args(args: Any) -> None:
+    """Refuse a GRPOConfig that changes the objective (also guards direct users of the class)."""
+    for key, (neutral, why) in REFUSED.items():
+        value = getattr(args, key, neutral)
+        if key == "generation_kwargs" and value == {}:
+            continue
+        if value != neutral:
+            raise ValueError(f"GRPOConfig.{key}={value!r} is refused by ReproGRPOTrainer: {why}")
+    for key, want in (("num_iterations", 1), ("gradient_accumulation_steps", 1),
+                      ("shuffle_dataset", False), ("lr_scheduler_type", "constant")):
+        value = getattr(args, key)
+        value = getattr(value, "value", value)  # SchedulerType enum -> str
+        if value != want:
+            raise ValueError(f"GRPOConfig.{key}={value!r} is refused by ReproGRPOTrainer: "
+                             f"the native engine's layout needs {want!r}")
+
+
+def build_grpo_config(cfg: TrainConfig, *, out: Path, world_size: int, steps: int,
+                      half_precision: bool, use_cpu: bool) -> Any:
+    """GRPOConfig for `steps` rollout steps: one micro-step = one optimizer minibatch of
+    P*G/K rows, of which each process holds P*G/(K*world_size); K micro-steps per rollout."""
+    from trl import GRPOConfig
+
+    check_layout(cfg, world_size)
+    rows = cfg.prompts_per_step * cfg.group_size // (cfg.minibatches * world_size)
+    fields: dict[str, Any] = {
+        "output_dir": str(out / "trl"), "per_device_train_batch_size": rows,
+        "gradient_accumulation_steps": 1, "steps_per_generation": cfg.minibatches,
+        "num_generations": cfg.group_size, "num_iterations": 1,
+        "max_steps": steps * cfg.minibatches, "learning_rate": cfg.lr,
+        "lr_scheduler_type": "constant", "warmup_steps": 0, "weight_decay": cfg.weight_decay,
+        "max_grad_norm": cfg.grad_clip or math.inf, "seed": cfg.seed, "data_seed": cfg.seed,
+        "shuffle_dataset": False, "temperature": cfg.temperature, "top_p": cfg.top_p,
+        "top_k": cfg.top_k, "max_completion_length": cfg.max_new_tokens, "beta": cfg.kl_coef,
+        "report_to": [], "logging_steps": 1, "save_strategy": "no",
+        "remove_unused_columns": False, "use_cpu": use_cpu, "bf16": False, "fp16": False,
+        "gradient_checkpointing": False, "vllm_importance_sampling_correction": False,
+        "cast_lm_head_to_fp32": half_precision, "disable_tqdm": True,
+        "log_completions": False, "dataloader_num_workers": 0, "optim": "adamw_torch",
+    }
+    return GRPOConfig(**(fields | cfg.trl_args))

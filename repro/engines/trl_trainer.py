@@ -1,0 +1,152 @@
+"""ReproGRPOTrainer: TRL 1.16's GRPOTrainer with the project's rewards, advantages, minibatch
+layout and objectives.
+
+TRL supplies what a home-made loop would re-implement: accelerate (FSDP2 / ZeRO), vLLM rollouts
+(colocated or a server), HF generate, checkpoint-safe log-prob passes. It owns none of the maths:
+- rewards come from the project's graders (a reward function around `Rewarder`),
+- advantages from `group_advantages` (TRL hard-codes std + 1e-4),
+- the rollout batch is split into K optimizer minibatches of whole groups, permuted by
+  (seed, step) exactly as the native loop does (TRL shuffles rows one by one, which scrambles
+  and splits groups: research note section 13.4),
+- the loss and diagnostics come from `repro.engines.core.loss_and_diagnostics`.
+Private methods overridden or called (pinned by tests/test_engine_trl.py's signature snapshot):
+`_calculate_rewards`, `_generate_and_score_completions`, `_prepare_inputs`, `_compute_loss`,
+`_get_per_token_logps_and_entropies`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch import Tensor
+from trl import GRPOTrainer
+
+from repro.engines.core import global_normalisers, loss_and_diagnostics
+from repro.engines.trl_args import check_grpo_args
+from repro.objectives import AdvantageConfig, group_advantages
+from repro.training.config import TrainConfig
+
+PER_ROW = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages",
+           "group", "old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps",
+           "seq_weight")
+
+
+def minibatch_order(seed: int, step: int, n_groups: int, k: int) -> Tensor:
+    """[K, n_groups/K] group indices of each update: the native loop's permutation."""
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    return torch.randperm(n_groups, generator=gen).view(k, -1)
+
+
+def split_whole_groups(batch: dict[str, Any], k: int, seed: int, step: int) -> list[dict]:
+    """The local rollout batch -> K minibatches of whole groups (rows of a group stay together)."""
+    group = batch["group"]
+    ids = torch.unique_consecutive(group.cpu())
+    parts = []
+    for chosen in minibatch_order(seed, step, ids.numel(), k):
+        rows = torch.isin(group, ids[chosen].to(group.device)).nonzero()[:, 0]
+        parts.append({key: v[rows] if key in PER_ROW and v is not None else v
+                      for key, v in batch.items()})
+    return parts
+
+
+def whole_groups(group: Tensor, size: int) -> bool:
+    """Does every group id in this micro-batch appear exactly `size` times?"""
+    return bool((torch.unique(group, return_counts=True)[1] == size).all())
+
+
+class ReproGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer whose rewards, advantages, layout and loss are the project's.
+
+    `repro`: the run's TrainConfig. `rollout_step0`: rollout steps done before this trainer
+    started (resume). `sink`: receives `rollout(...)` and `update(...)` records for the log.
+    """
+
+    def __init__(self, *args: Any, repro: TrainConfig, rollout_step0: int = 0, sink: Any = None,
+                 **kwargs: Any) -> None:
+        check_grpo_args(kwargs["args"])
+        super().__init__(*args, **kwargs)
+        self.repro = repro
+        self.loss_cfg = repro.loss_config()
+        self.rollout_step0 = rollout_step0
+        self.sink = sink
+        self._rewards: Tensor | None = None
+        self._vocab = len(self.processing_class)
+
+    def get_decay_parameter_names(self, model) -> list[str]:
+        """Every parameter decays, as in the native engine's AdamW (HF exempts biases/norms)."""
+        return [name for name, _ in model.named_parameters()]
+
+    @property
+    def rollout_step(self) -> int:
+        """1-based rollout step of the batch being trained on (the native loop's `step`)."""
+        return self.rollout_step0 + self._step // self.args.steps_per_generation + 1
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        self._rewards = super()._calculate_rewards(inputs, prompts, completions,
+                                                   completion_ids_list)
+        return self._rewards
+
+    def _generate_and_score_completions(self, inputs):
+        t0 = time.perf_counter()
+        out = super()._generate_and_score_completions(inputs)
+        if not self.model.training:
+            return out
+        n, size = len(inputs), self.num_generations
+        reward = self._rewards[:, 0].double().cpu()  # gathered over processes, process-major
+        group = torch.arange(reward.numel()) // size  # TRL's own layout assumption (:2813)
+        adv, info = group_advantages(reward, group, AdvantageConfig(self.repro.advantage_scale))
+        local = slice(self.accelerator.process_index * n, (self.accelerator.process_index + 1) * n)
+        device = out["completion_ids"].device
+        out["advantages"] = adv[local].to(device)
+        out["group"] = group[local].to(device)
+        if self.sink is not None:
+            mask = out["completion_mask"]
+            eos = torch.tensor(self.eos_token_ids, device=device).view(-1)
+            truncated = ~torch.isin(out["completion_ids"], eos).any(-1)
+            lengths = self.accelerator.gather(mask.sum(-1)).cpu()
+            truncated = self.accelerator.gather(truncated).cpu()
+            self.sink.rollout(reward=reward.float(), lengths=lengths, truncated=truncated,
+                              zero_adv_frac=info["zero_adv_frac"],
+                              seconds=time.perf_counter() - t0)
+        return out
+
+    def _prepare_inputs(self, generation_batch):
+        """TRL's version with one change: whole groups permuted by (seed, step) replace the
+        per-row shuffle, so every micro-batch (= optimizer minibatch) holds whole groups."""
+        if not self.model.training:
+            return self._generate_and_score_completions(generation_batch)
+        k = self.args.steps_per_generation
+        if self._step % k == 0 or self._buffered_inputs is None:
+            batch = self._generate_and_score_completions(generation_batch)
+            self._buffered_inputs = split_whole_groups(batch, k, self.repro.seed,
+                                                       self.rollout_step)
+        return self._buffered_inputs[self._step % k]
+
+    def _compute_loss(self, model, inputs):
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        group = inputs["group"]
+        if inputs.get("seq_weight") is None and not whole_groups(group, self.num_generations):
+            raise RuntimeError(f"micro-batch holds partial groups {group.tolist()} and no "
+                               "precomputed DFPO weights: the layout check let through a split")
+        logp, entropy, _ = self._get_per_token_logps_and_entropies(
+            model, torch.cat([prompt_ids, completion_ids], 1),
+            torch.cat([prompt_mask, completion_mask], 1), completion_ids.size(1),
+            compute_entropy=True)
+        mask = completion_mask.bool()
+        old = inputs.get("old_per_token_logps")
+        logp_old = logp.detach() if old is None else old
+        world = self.accelerator.num_processes
+        reduce = (lambda t: self.accelerator.reduce(t.to(mask.device), "sum")) if world > 1 else None
+        loss, metrics = loss_and_diagnostics(
+            self.loss_cfg, logp, logp_old, mask, inputs["advantages"], group, completion_ids,
+            self._vocab, norm=global_normalisers(mask, reduce), world_size=world,
+            seq_weight=inputs.get("seq_weight"), ref_logp=inputs.get("ref_per_token_logps"),
+            kl_coef=self.repro.kl_coef)
+        if self.sink is not None:
+            ent = entropy.detach()[mask]
+            self.sink.update(metrics | {"loss": float(loss.detach()) / world},
+                             entropy_sum=float(ent.double().sum()), entropy_n=int(ent.numel()))
+        return loss / self.current_gradient_accumulation_steps
