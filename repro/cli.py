@@ -202,6 +202,19 @@ def bench_logprobs(
     ))
 
 
+@bench_app.command("gpu")
+def bench_gpu(
+    out: Annotated[Path, typer.Option(help="JSON report to write.")] = Path("bench_gpu.json"),
+    tiny: Annotated[bool, typer.Option(help="CPU smoke mode (tiny shape, 8 tokens): for CI.")] = False,
+    steps: Annotated[int, typer.Option(help="Rollout steps per shape and algorithm.")] = 2,
+    budget_s: Annotated[float, typer.Option(help="Start no run after this many seconds.")] = 380.0,
+) -> None:
+    """One-GPU check of engine=trl at Qwen3 0.6B/4B shapes (8B forward/backward): one JSON."""
+    from repro.bench.gpu import GPUBenchConfig, run_gpu_bench
+
+    report = run_gpu_bench(GPUBenchConfig(out=out, tiny=tiny, steps=steps, budget_s=budget_s))
+    typer.echo(f"repro bench gpu: {out} ({report['device']}, {report['total_seconds']:.0f} s)")
+
 
 def _register_reporting() -> None:
     """`repro aggregate`, `repro tables`, `repro figures`, `repro paper-reference` (repro/reporting)."""

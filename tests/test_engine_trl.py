@@ -287,3 +287,31 @@ def test_run_log_cancellation_exports_and_resume(tiny_policy, tmp_path, graded_b
     assert [r["step"] for r in resumed] == [1, 2, 3, 4]
     assert resumed[:2] == logs["dfpo"][:2]  # the log up to the checkpoint is kept as written
     assert resumed[-1]["gen_tokens_cum"] == sum(r["gen_tokens"] for r in resumed)
+
+
+@pytest.mark.slow
+def test_two_processes_keep_groups_whole_and_match_one_process(tmp_path):
+    """2 CPU processes over gloo. `accelerate launch --cpu` starts a single process (its simple
+    launcher; multi-CPU needs MPI), so the processes come from torchrun, which accelerate reads
+    as MULTI_CPU with ACCELERATE_USE_CPU=true."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "two.json"
+    here = Path(__file__).parent
+    env = os.environ | {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1",
+                        "PYTHONPATH": os.pathsep.join([str(here.parent), str(here)])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "--master_port", str(29500 + os.getpid() % 1000), str(here / "trl_two_process.py"),
+         str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["num_processes"] == 2 and result["backend"] == "gloo"
+    assert result["whole_groups"]
+    for two, one in zip(result["losses_2proc"], result["losses_1proc"], strict=True):
+        assert abs(two - one) <= 1e-8  # TRL's log-prob kernel is float32
+    assert max(result["grad_diff"]) <= 1e-8 < 1e-3 < result["grad_max"]

@@ -72,6 +72,7 @@ class ReproGRPOTrainer(GRPOTrainer):
         self.rollout_step0 = rollout_step0
         self.sink = sink
         self._rewards: Tensor | None = None
+        self.diagnostics = True  # the GPU check times the loss with and without them
         self._vocab = len(self.processing_class)
 
     def get_decay_parameter_names(self, model) -> list[str]:
@@ -144,7 +145,7 @@ class ReproGRPOTrainer(GRPOTrainer):
             self.loss_cfg, logp, logp_old, mask, inputs["advantages"], group, completion_ids,
             self._vocab, norm=global_normalisers(mask, reduce), world_size=world,
             seq_weight=inputs.get("seq_weight"), ref_logp=inputs.get("ref_per_token_logps"),
-            kl_coef=self.repro.kl_coef)
+            kl_coef=self.repro.kl_coef, diagnostics=self.diagnostics)
         if self.sink is not None:
             ent = entropy.detach()[mask]
             self.sink.update(metrics | {"loss": float(loss.detach()) / world},
