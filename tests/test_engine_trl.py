@@ -14,7 +14,7 @@ import torch
 trl = pytest.importorskip("trl")
 
 from repro.engines.trl_args import OWNED, REFUSED, build_grpo_config, check_grpo_args  # noqa: E402
-from repro.engines.trl_trainer import ReproGRPOTrainer  # noqa: E402
+from repro.engines.trl_trainer import ReproGRPOTrainer, whole_groups  # noqa: E402
 from repro.models import TinyModelConfig, build_tiny, load  # noqa: E402
 from repro.objectives import AdvantageConfig, Minibatch, group_advantages, policy_loss  # noqa: E402
 from repro.results import TRAIN_LOG, read_table  # noqa: E402
@@ -34,18 +34,20 @@ def hashed(prompts, completions, **_):
     return hashed_rewards(None, [(None, c) for c in completions])
 
 
-def make_trainer(tmp_path, algorithm="dfpo", objective=None, temperature=1.0, seed=0):
+def make_trainer(tmp_path, algorithm="dfpo", objective=None, temperature=1.0, seed=0, accum=1):
     """A float64 random tiny policy (diverse completions, so rewards differ) in the trainer."""
     torch.manual_seed(0)
     model, tok = build_tiny(TinyModelConfig(hidden_size=32, head_dim=8, intermediate_size=64))
     model = model.double()
     cfg = TrainConfig(model="unused", algorithm=algorithm, objective=objective or {},
                       prompts_per_step=P, group_size=G, minibatches=K, max_new_tokens=10,
-                      temperature=temperature, engine="trl", seed=seed)
+                      temperature=temperature, engine="trl", seed=seed,
+                      trl_args={"gradient_accumulation_steps": accum} if accum > 1 else {})
     from datasets import Dataset
 
     prompts = [tok.apply_chat_template([{"role": "user", "content": f"What is {i} + {i}?"}],
-                                       tokenize=False, add_generation_prompt=True) for i in range(P)]
+                                       tokenize=False, add_generation_prompt=True)
+               for i in range(P)]
     args = build_grpo_config(cfg, out=tmp_path, world_size=1, steps=1, half_precision=False,
                              use_cpu=True)
     trainer = ReproGRPOTrainer(model=model, processing_class=tok, args=args, reward_funcs=[hashed],
@@ -60,7 +62,8 @@ def make_trainer(tmp_path, algorithm="dfpo", objective=None, temperature=1.0, se
 
 def prompt_groups(part) -> torch.Tensor:
     """Group ids from the prompts themselves (rows with equal prompt tokens), not the trainer's."""
-    rows = [tuple(ids[m.bool()].tolist()) for ids, m in zip(part["prompt_ids"], part["prompt_mask"])]
+    rows = [tuple(ids[m.bool()].tolist())
+            for ids, m in zip(part["prompt_ids"], part["prompt_mask"])]
     index = {r: i for i, r in enumerate(dict.fromkeys(rows))}
     return torch.tensor([index[r] for r in rows])
 
@@ -145,6 +148,36 @@ def test_every_minibatch_holds_whole_groups_checked_against_prompts(tmp_path):
                                                                       for p in parts]
 
 
+@pytest.mark.parametrize("algorithm", ["dfpo", "gspo"])
+def test_groups_split_over_micro_steps_give_the_whole_minibatch_gradient(algorithm, tmp_path):
+    """Gradient accumulation A=4 cuts each minibatch (2 groups of 4) into 2-row micro-steps:
+    every group is split. The summed micro-step gradients equal policy_loss's on the whole
+    minibatch; for DFPO thanks to the pre-pass weights (without them it refuses)."""
+    accum = 4
+    trainer, tok = make_trainer(tmp_path, algorithm, accum=accum)
+    with torch.no_grad():  # update 2 off-policy: the pre-pass sees s != 1
+        for p in trainer.model.parameters():
+            p.add_(1e-2 * torch.randn_like(p))
+    micro = []
+    for step in range(accum, 2 * accum):  # the micro-steps of minibatch 2
+        trainer._step = step
+        micro.append(trainer._prepare_inputs(None))
+    assert all(not whole_groups(m["group"], G) for m in micro)
+    assert (algorithm == "dfpo") == (micro[0]["seq_weight"] is not None)
+    total = sum(grads(trainer._compute_loss(trainer.model, m), trainer.model) for m in micro)
+    whole = trainer._buffered_inputs[1]
+    ref = reference_loss(trainer, tok, whole, trl_logprobs(trainer, whole))
+    g_ref = grads(ref, trainer.model)
+    assert float(g_ref.abs().max()) > 1e-3
+    # 1e-7, not 1e-10: TRL's float32 log-prob kernel rounds differently on 2-row and 8-row
+    # batches (the exact float64 identity is tests/test_engine_core.py's); transforming the
+    # half-groups instead would differ by ~1e-3 there.
+    torch.testing.assert_close(total, g_ref, atol=1e-7, rtol=0)
+    if algorithm == "dfpo":
+        with pytest.raises(RuntimeError, match="partial groups"):
+            trainer._compute_loss(trainer.model, micro[0] | {"seq_weight": None})
+
+
 def test_a_partial_group_in_a_minibatch_is_refused(tmp_path):
     trainer, _ = make_trainer(tmp_path)
     part = dict(trainer._buffered_inputs[0])
@@ -180,14 +213,13 @@ def test_every_refused_option_is_named():
 
 
 @pytest.mark.parametrize("key", ["lr_scheduler_type", "shuffle_dataset", "num_iterations",
-                                 "gradient_accumulation_steps", *sorted(BAD)])
+                                 *sorted(BAD)])
 def test_the_trainer_refuses_a_grpo_config_that_changes_the_objective(key, tmp_path):
     """Direct users of ReproGRPOTrainer are guarded too (use_cpu: bf16 autocast on CPU)."""
     cfg = TrainConfig(model="m", engine="trl", prompts_per_step=P, group_size=G, minibatches=K)
     args = build_grpo_config(cfg, out=tmp_path, world_size=1, steps=1, half_precision=False,
                              use_cpu=True)
-    bad = {"lr_scheduler_type": "linear", "shuffle_dataset": True, "num_iterations": 2,
-           "gradient_accumulation_steps": 2} | BAD
+    bad = {"lr_scheduler_type": "linear", "shuffle_dataset": True, "num_iterations": 2} | BAD
     object.__setattr__(args, key, bad[key])
     with pytest.raises(ValueError, match=f"GRPOConfig.{key}="):
         check_grpo_args(args)

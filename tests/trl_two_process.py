@@ -45,7 +45,8 @@ def main(out: Path) -> None:
     cfg = TrainConfig(model="unused", algorithm="dfpo", prompts_per_step=P, group_size=G,
                       minibatches=K, max_new_tokens=10, engine="trl")
     prompts = [tok.apply_chat_template([{"role": "user", "content": f"What is {i} + {i}?"}],
-                                       tokenize=False, add_generation_prompt=True) for i in range(P)]
+                                       tokenize=False, add_generation_prompt=True)
+               for i in range(P)]
     args = build_grpo_config(cfg, out=out.parent, world_size=state.num_processes, steps=1,
                              half_precision=False, use_cpu=True)
     trainer = ReproGRPOTrainer(model=model, processing_class=tok, args=args, reward_funcs=[hashed],

@@ -147,7 +147,7 @@ def engine_run(cfg: GPUBenchConfig, shape: str, name: str, tok, device: str) -> 
                        prompts_per_step=cfg.prompts_per_step, group_size=cfg.group_size,
                        minibatches=cfg.minibatches, max_new_tokens=cfg.max_new_tokens,
                        steps=cfg.steps, lr=1e-6, seed=cfg.seed, engine="trl")
-    prompts = [tok.apply_chat_template([{"role": "user", "content": f"Problem {i}: {i} * {i + 3}?"}],
+    prompts = [tok.apply_chat_template([{"role": "user", "content": f"Problem {i}: {i}*{i + 3}?"}],
                                        tokenize=False, add_generation_prompt=True)
                for i in range(cfg.prompts_per_step * cfg.steps)]
     work = Path(tempfile.mkdtemp(prefix="repro-bench-gpu-"))

@@ -29,6 +29,7 @@ from repro.training.loop import (
     checkpoint_due,
     finish_run,
     initial_state,
+    nanmean,
     open_run,
     probe_row,
     step_row,
@@ -68,6 +69,18 @@ def prompt_dataset(stream: PromptStream, tok, first: int, last: int):
     return Dataset.from_list(rows), problems
 
 
+def merge_micro_steps(micro: list[dict[str, float]]) -> dict[str, float]:
+    """One optimizer step's metrics from its micro-steps: their losses add up (each is its
+    share under the step's global normaliser), weights take min/max, the rest a mean."""
+    if len(micro) == 1:
+        return micro[0]
+    merged = {k: nanmean([m[k] for m in micro]) for k in micro[0]}
+    merged["loss"] = sum(m["loss"] for m in micro)
+    merged["w_min"] = min(m["w_min"] for m in micro)
+    merged["w_max"] = max(m["w_max"] for m in micro)
+    return merged
+
+
 class RunLog(TrainerCallback):
     """Collects one rollout step's records from the trainer and, once its K updates and their
     grad norms are in, appends the TRAIN_LOG row, runs the probes and saves due checkpoints."""
@@ -82,6 +95,7 @@ class RunLog(TrainerCallback):
 
     def _reset(self) -> None:
         self.roll: dict[str, Any] | None = None
+        self.micro: list[dict[str, float]] = []  # micro-steps of the optimizer step under way
         self.updates: list[dict[str, float]] = []
         self.entropy = [0.0, 0]
         self.t_end_rollout = 0.0
@@ -91,7 +105,7 @@ class RunLog(TrainerCallback):
         self.t_end_rollout = time.perf_counter()
 
     def update(self, metrics: dict[str, float], entropy_sum: float, entropy_n: int) -> None:
-        self.updates.append(metrics)
+        self.micro.append(metrics)
         self.entropy[0] += entropy_sum
         self.entropy[1] += entropy_n
 
@@ -100,12 +114,13 @@ class RunLog(TrainerCallback):
             load_trainer_state(self.resume_from, self.trainer.optimizer)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not logs or "grad_norm" not in logs or not self.updates:
+        """Called after each optimizer step (logging_steps=1) with its grad norm."""
+        if not logs or "grad_norm" not in logs or not self.micro:
             return control
-        self.updates[len(self.updates) - 1]["grad_norm"] = float(logs["grad_norm"])
-        if len(self.updates) < self.cfg.minibatches:
-            return control
-        self._finish_step(control)
+        self.updates.append(merge_micro_steps(self.micro) | {"grad_norm": float(logs["grad_norm"])})
+        self.micro = []
+        if len(self.updates) == self.cfg.minibatches:
+            self._finish_step(control)
         return control
 
     def _finish_step(self, control) -> None:

@@ -19,7 +19,7 @@ TRL_VERSION = "1.16.0"  # the private methods the subclass overrides are pinned 
 
 # GRPOConfig fields derived from TrainConfig: set them through TrainConfig, not trl_args.
 OWNED = (
-    "output_dir", "per_device_train_batch_size", "gradient_accumulation_steps",
+    "output_dir", "per_device_train_batch_size",
     "steps_per_generation", "generation_batch_size", "num_generations", "num_iterations",
     "max_steps", "num_train_epochs", "learning_rate", "lr_scheduler_type", "warmup_steps",
     "warmup_ratio", "weight_decay", "max_grad_norm", "seed", "data_seed", "shuffle_dataset",
@@ -90,8 +90,8 @@ def check_grpo_args(args: Any) -> None:
             continue
         if value != neutral:
             raise ValueError(f"GRPOConfig.{key}={value!r} is refused by ReproGRPOTrainer: {why}")
-    for key, want in (("num_iterations", 1), ("gradient_accumulation_steps", 1),
-                      ("shuffle_dataset", False), ("lr_scheduler_type", "constant")):
+    for key, want in (("num_iterations", 1), ("shuffle_dataset", False),
+                      ("lr_scheduler_type", "constant")):
         value = getattr(args, key)
         value = getattr(value, "value", value)  # SchedulerType enum -> str
         if value != want:
@@ -101,15 +101,22 @@ def check_grpo_args(args: Any) -> None:
 
 def build_grpo_config(cfg: TrainConfig, *, out: Path, world_size: int, steps: int,
                       half_precision: bool, use_cpu: bool) -> Any:
-    """GRPOConfig for `steps` rollout steps: one micro-step = one optimizer minibatch of
-    P*G/K rows, of which each process holds P*G/(K*world_size); K micro-steps per rollout."""
+    """GRPOConfig for `steps` rollout steps: K optimizer minibatches of P*G/K rows per rollout,
+    each spread over the processes in whole groups and, with `trl_args.
+    gradient_accumulation_steps` = A > 1, cut into A micro-steps per process (DFPO then runs
+    its pre-pass)."""
     from trl import GRPOConfig
 
     check_layout(cfg, world_size)
-    rows = cfg.prompts_per_step * cfg.group_size // (cfg.minibatches * world_size)
+    accum = int(cfg.trl_args.get("gradient_accumulation_steps", 1))
+    local = cfg.prompts_per_step * cfg.group_size // (cfg.minibatches * world_size)
+    if accum < 1 or local % accum:
+        raise ValueError(f"TrainConfig.trl_args.gradient_accumulation_steps={accum} must be >= 1 "
+                         f"and divide the {local} rows per process and update")
     fields: dict[str, Any] = {
-        "output_dir": str(out / "trl"), "per_device_train_batch_size": rows,
-        "gradient_accumulation_steps": 1, "steps_per_generation": cfg.minibatches,
+        "output_dir": str(out / "trl"), "per_device_train_batch_size": local // accum,
+        "gradient_accumulation_steps": accum,
+        "steps_per_generation": cfg.minibatches * accum,
         "num_generations": cfg.group_size, "num_iterations": 1,
         "max_steps": steps * cfg.minibatches, "learning_rate": cfg.lr,
         "lr_scheduler_type": "constant", "warmup_steps": 0, "weight_decay": cfg.weight_decay,

@@ -23,9 +23,9 @@ import torch
 from torch import Tensor
 from trl import GRPOTrainer
 
-from repro.engines.core import global_normalisers, loss_and_diagnostics
+from repro.engines.core import global_normalisers, loss_and_diagnostics, sequence_weights
 from repro.engines.trl_args import check_grpo_args
-from repro.objectives import AdvantageConfig, group_advantages
+from repro.objectives import AdvantageConfig, DFPOConfig, group_advantages
 from repro.training.config import TrainConfig
 
 PER_ROW = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages",
@@ -66,12 +66,17 @@ class ReproGRPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, repro: TrainConfig, rollout_step0: int = 0, sink: Any = None,
                  **kwargs: Any) -> None:
         check_grpo_args(kwargs["args"])
+        steps = kwargs["args"].steps_per_generation
+        if steps != repro.minibatches * kwargs["args"].gradient_accumulation_steps:
+            raise ValueError(f"GRPOConfig.steps_per_generation={steps} must be minibatches x "
+                             "gradient_accumulation_steps (one rollout per K updates)")
         super().__init__(*args, **kwargs)
         self.repro = repro
         self.loss_cfg = repro.loss_config()
         self.rollout_step0 = rollout_step0
         self.sink = sink
         self._rewards: Tensor | None = None
+        self._micro: list[dict[str, Any]] | None = None
         self.diagnostics = True  # the GPU check times the loss with and without them
         self._vocab = len(self.processing_class)
 
@@ -114,24 +119,65 @@ class ReproGRPOTrainer(GRPOTrainer):
         return out
 
     def _prepare_inputs(self, generation_batch):
-        """TRL's version with one change: whole groups permuted by (seed, step) replace the
-        per-row shuffle, so every micro-batch (= optimizer minibatch) holds whole groups."""
+        """TRL's version with two changes. (1) Whole groups permuted by (seed, step) replace
+        TRL's per-row shuffle, so each of the K optimizer minibatches holds whole groups (on
+        each process). (2) With gradient accumulation (A micro-steps per update), a minibatch
+        is cut into A row chunks that may split groups; at its first micro-step a no-grad
+        pre-pass computes DFPO's weights over the whole local minibatch under the current
+        policy (`sequence_weights`), and every micro-step carries the minibatch's global token
+        and sequence counts, so the summed micro-step gradients equal the whole minibatch's."""
         if not self.model.training:
             return self._generate_and_score_completions(generation_batch)
-        k = self.args.steps_per_generation
-        if self._step % k == 0 or self._buffered_inputs is None:
+        accum = self.args.gradient_accumulation_steps
+        micro = self._step % self.args.steps_per_generation
+        if micro == 0 or self._buffered_inputs is None:
             batch = self._generate_and_score_completions(generation_batch)
-            self._buffered_inputs = split_whole_groups(batch, k, self.repro.seed,
-                                                       self.rollout_step)
-        return self._buffered_inputs[self._step % k]
+            self._buffered_inputs = split_whole_groups(batch, self.repro.minibatches,
+                                                       self.repro.seed, self.rollout_step)
+        if micro % accum == 0 or self._micro is None:
+            self._micro = self._micro_steps(self._buffered_inputs[micro // accum], accum)
+        return self._micro[micro % accum]
+
+    def _micro_steps(self, minibatch: dict[str, Any], accum: int) -> list[dict[str, Any]]:
+        mask = minibatch["completion_mask"].bool()
+        extra: dict[str, Any] = {"norm": global_normalisers(mask, self._sum_over_processes)}
+        if accum > 1:
+            extra["seq_weight"] = self._prepass(minibatch)
+        rows = torch.arange(mask.size(0), device=mask.device).chunk(accum)
+        return [{key: v[r] if key in PER_ROW and v is not None else v
+                 for key, v in (minibatch | extra).items()} for r in rows]
+
+    def _sum_over_processes(self, counts: Tensor) -> Tensor:
+        if self.accelerator.num_processes == 1:
+            return counts
+        return self.accelerator.reduce(counts.to(self.accelerator.device), "sum")
+
+    def _prepass(self, minibatch: dict[str, Any]) -> Tensor | None:
+        """DFPO's w~ of the whole local minibatch (whole groups) under the current policy."""
+        if not isinstance(self.loss_cfg, DFPOConfig):
+            return None
+        ids = torch.cat([minibatch["prompt_ids"], minibatch["completion_ids"]], 1)
+        attn = torch.cat([minibatch["prompt_mask"], minibatch["completion_mask"]], 1)
+        with torch.no_grad():
+            logp = self._get_per_token_logps_and_entropies(
+                self.model, ids, attn, minibatch["completion_ids"].size(1))[0]
+        old = minibatch.get("old_per_token_logps")
+        return sequence_weights(self.loss_cfg, logp, logp if old is None else old,
+                                minibatch["completion_mask"].bool(), minibatch["advantages"],
+                                minibatch["group"])
 
     def _compute_loss(self, model, inputs):
+        """The micro-step's share of the optimizer step's loss: normalised by the whole step's
+        global counts (`norm`), so it is not divided again by the accumulation steps
+        (TRL marks its loss `loss_is_scaled_for_ga`)."""
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         group = inputs["group"]
-        if inputs.get("seq_weight") is None and not whole_groups(group, self.num_generations):
+        whole = whole_groups(group, self.num_generations)
+        if not whole and inputs.get("seq_weight") is None and isinstance(self.loss_cfg,
+                                                                         DFPOConfig):
             raise RuntimeError(f"micro-batch holds partial groups {group.tolist()} and no "
-                               "precomputed DFPO weights: the layout check let through a split")
+                               "precomputed DFPO weights (seq_weight)")
         logp, entropy, _ = self._get_per_token_logps_and_entropies(
             model, torch.cat([prompt_ids, completion_ids], 1),
             torch.cat([prompt_mask, completion_mask], 1), completion_ids.size(1),
@@ -140,14 +186,14 @@ class ReproGRPOTrainer(GRPOTrainer):
         old = inputs.get("old_per_token_logps")
         logp_old = logp.detach() if old is None else old
         world = self.accelerator.num_processes
-        reduce = (lambda t: self.accelerator.reduce(t.to(mask.device), "sum")) if world > 1 else None
+        norm = inputs.get("norm") or global_normalisers(mask, self._sum_over_processes)
         loss, metrics = loss_and_diagnostics(
             self.loss_cfg, logp, logp_old, mask, inputs["advantages"], group, completion_ids,
-            self._vocab, norm=global_normalisers(mask, reduce), world_size=world,
-            seq_weight=inputs.get("seq_weight"), ref_logp=inputs.get("ref_per_token_logps"),
-            kl_coef=self.repro.kl_coef, diagnostics=self.diagnostics)
+            self._vocab, norm=norm, world_size=world, seq_weight=inputs.get("seq_weight"),
+            ref_logp=inputs.get("ref_per_token_logps"), kl_coef=self.repro.kl_coef,
+            diagnostics=self.diagnostics and whole)
         if self.sink is not None:
             ent = entropy.detach()[mask]
             self.sink.update(metrics | {"loss": float(loss.detach()) / world},
                              entropy_sum=float(ent.double().sum()), entropy_n=int(ent.numel()))
-        return loss / self.current_gradient_accumulation_steps
+        return loss
