@@ -225,6 +225,26 @@ def test_the_trainer_refuses_a_grpo_config_that_changes_the_objective(key, tmp_p
         check_grpo_args(args)
 
 
+@pytest.mark.parametrize(("trl_args", "want"), [
+    ({}, {"use_vllm": False}),
+    ({"use_vllm": True, "vllm_mode": "colocate"},
+     {"use_vllm": True, "vllm_mode": "colocate", "vllm_enable_sleep_mode": True}),
+    ({"use_vllm": True, "vllm_mode": "colocate", "vllm_enable_sleep_mode": False},
+     {"vllm_enable_sleep_mode": False}),
+    ({"use_vllm": True, "vllm_mode": "server", "vllm_server_host": "node7"},
+     {"vllm_mode": "server", "vllm_server_host": "node7", "vllm_enable_sleep_mode": False}),
+])
+def test_rollout_options_map_onto_grpo_config(trl_args, want, tmp_path):
+    """Config only: vLLM is not installed here, so these paths never generate in CI."""
+    cfg = TrainConfig(model="m", engine="trl", trl_args=trl_args)
+    args = build_grpo_config(cfg, out=tmp_path, world_size=1, steps=1, half_precision=False,
+                             use_cpu=True)
+    assert {k: getattr(args, k) for k in want} == want
+    assert args.vllm_importance_sampling_correction is False
+    assert args.steps_per_generation == cfg.minibatches and args.max_steps == cfg.minibatches
+    assert args.per_device_train_batch_size == cfg.prompts_per_step * cfg.group_size // 4
+
+
 def test_layout_that_splits_groups_over_processes_is_refused(tmp_path):
     cfg = TrainConfig(model="m", engine="trl", prompts_per_step=4, group_size=G, minibatches=4)
     with pytest.raises(ValueError, match="prompts_per_step/minibatches"):

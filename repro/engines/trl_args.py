@@ -129,4 +129,13 @@ def build_grpo_config(cfg: TrainConfig, *, out: Path, world_size: int, steps: in
         "cast_lm_head_to_fp32": half_precision, "disable_tqdm": True,
         "log_completions": False, "dataloader_num_workers": 0, "optim": "adamw_torch",
     }
-    return GRPOConfig(**(fields | cfg.trl_args))
+    return GRPOConfig(**(fields | rollout_defaults(cfg.trl_args) | cfg.trl_args))
+
+
+def rollout_defaults(trl_args: dict[str, Any]) -> dict[str, Any]:
+    """Rollout engine defaults: vLLM colocated on the training GPUs sleeps between rollouts
+    (frees its KV cache for the update), which TRL leaves off; server mode (`trl vllm-serve`
+    on its own node, for multi-node runs) and HF generate need nothing. Explicit trl_args win."""
+    if trl_args.get("use_vllm") and trl_args.get("vllm_mode", "server") == "colocate":
+        return {"vllm_enable_sleep_mode": True}
+    return {}
