@@ -180,6 +180,9 @@ def train_trl(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: 
     args = build_grpo_config(cfg, out=out, world_size=world, steps=cfg.steps - done,
                              half_precision=half, use_cpu=not torch.cuda.is_available())
     model.train()
+    # TRL builds the KL reference (kl_coef > 0) from the policy's name_or_path: the initial
+    # model, also when the policy was resumed from a checkpoint (as the native engine does).
+    model.config._name_or_path = str(cfg.model)
     trainer = ReproGRPOTrainer(model=model, processing_class=tok, args=args,
                                reward_funcs=[ProblemReward(rewarder, problems)],
                                train_dataset=dataset, callbacks=[log], repro=cfg,
