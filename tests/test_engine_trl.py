@@ -308,6 +308,7 @@ def graded_by_hash(monkeypatch):
     monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
 
 
+@pytest.mark.slow
 def test_run_log_cancellation_exports_and_resume(tiny_policy, tmp_path, graded_by_hash):
     logs = {}
     for name, kw in [("dfpo", {}), ("gspo", {"objective": {"eps_low": 0.2, "eps_high": 0.2}})]:
