@@ -152,10 +152,15 @@ def job_env(wildcards) -> str:
     return "../envs/gpu.yaml" if config["eval"]["engine"] == "vllm" else "../envs/cpu.yaml"
 
 
+def trl_engine() -> bool:
+    """train.engine is trl (unset means TrainConfig's default, the native engine)."""
+    return config["train"].get("engine") == "trl"
+
+
 def train_env(wildcards) -> str:
     """--sdm conda environment of training jobs: the pinned GPU stack (TRL, accelerate, vLLM)
     for the TRL engine, the CPU one for the native engine."""
-    return "../envs/gpu.yaml" if config["train"]["engine"] == "trl" else "../envs/cpu.yaml"
+    return "../envs/gpu.yaml" if trl_engine() else "../envs/cpu.yaml"
 
 
 ACCELERATE_CONFIG = "config/accelerate/fsdp2.yaml"
@@ -181,15 +186,14 @@ def train_launcher(wildcards, threads, resources) -> str:
     """What runs `-m repro train`: python (one process), `accelerate launch` (TRL engine, one
     node, one process per GPU, FSDP2) or, on several nodes, one `accelerate launch` per node
     under srun (scripts/launch_accelerate.sh)."""
-    engine = config["train"]["engine"]
     nodes, per_node = train_layout(resources)
     procs = nodes * per_node
     if procs <= 1:
         return "python"
-    if engine != "trl":
-        raise ValueError(f"config: train.engine is {engine!r} (one process on one device), but "
-                         f"the profile gives train jobs {nodes} node(s) x {per_node} GPU(s); "
-                         "set train.engine: trl, or give train one GPU")
+    if not trl_engine():
+        raise ValueError(f"config: train.engine is native (one process on one device), but the "
+                         f"profile gives train jobs {nodes} node(s) x {per_node} GPU(s); set "
+                         "train.engine: trl, or give train one GPU")
     accelerate = f"--config_file {ACCELERATE_CONFIG} --num_processes {procs}"
     if nodes == 1:
         return f"accelerate launch {accelerate} --main_process_port 0"  # 0: a free port

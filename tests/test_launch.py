@@ -219,7 +219,7 @@ def test_fsdp2_config_starts_one_process_per_gpu_with_full_state_dict(tmp_path):
 def test_native_engine_on_several_gpus_is_refused_naming_the_key():
     proc = snakemake("-n", "-F", "--nolock", "--workflow-profile", str(SLURM_PROFILE.parent))
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "train.engine is 'native'" in out, out[-3000:]
+    assert proc.returncode != 0 and "train.engine is native" in out, out[-3000:]
 
 
 def test_bad_engine_fails_at_parse_time_naming_it(tmp_path):
