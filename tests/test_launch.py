@@ -65,7 +65,7 @@ def sbatch_flags(resources: dict[str, str]) -> str:
 
 
 def multinode_profile(tmp_path: Path) -> Path:
-    """profiles/slurm with its commented several-nodes `train:` entry in place of the shipped one."""
+    """profiles/slurm with its commented several-nodes `train:` entry instead of the shipped one."""
     text = SLURM_PROFILE.read_text()
     block = re.search(r"^  # train:\n((?:  #   .*\n)+)", text, re.M)
     assert block, "profiles/slurm/config.yaml lost its commented several-nodes train entry"
@@ -82,7 +82,7 @@ def multinode_profile(tmp_path: Path) -> Path:
 def test_paper_presets_run_trl_under_accelerate_fsdp2_on_the_profiles_gpus(tmp_path, preset):
     preset_args = ("--configfile", f"config/presets/{preset}")
     jobs = plan(*preset_args)
-    for resources, shell in jobs:
+    for _, shell in jobs:
         assert shell.startswith(f"accelerate launch {ACCELERATE} --num_processes 8 "
                                 "--main_process_port 0 -m repro train --config "), shell
         assert "--threads 8 " in shell  # 64 CPUs of the node over its 8 processes
