@@ -53,7 +53,7 @@ def source_digest(*parts: str) -> str:
     return h.hexdigest()[:16]
 
 
-TRAIN_CODE = source_digest("objectives", "training", "models", "generation", "graders",
+TRAIN_CODE = source_digest("objectives", "training", "engines", "models", "generation", "graders",
                            "sandbox", "tasks", "benchmarks", "diagnostics", "results", "atomic.py")
 SFT_CODE = source_digest("training", "models", "tasks", "benchmarks", "generation", "graders",
                          "atomic.py")
