@@ -2,9 +2,11 @@
 
 
 rule train:
-    """Train from the run's resolved config. The resumable state lives in results/scratch/ (not
-    an output, so it survives Snakemake's clean-up of a failed job): a restarted job continues
-    from its newest checkpoint, unless the config or the code digest changed."""
+    """Train from the run's resolved config, with the engine it names (train.engine), on the
+    GPUs and nodes the profile gives the job (common.smk: train_launcher). The resumable state
+    lives in results/scratch/ (not an output, so it survives Snakemake's clean-up of a failed
+    job): a restarted job continues from its newest checkpoint, unless the config or the code
+    digest changed."""
     input:
         cfg="results/runs/algo={algo}/model={model}/group_size={group_size}/seed={seed}/config.yaml",
         start=start_inputs,
@@ -20,13 +22,15 @@ rule train:
         scratch="results/scratch/algo={algo}/model={model}/group_size={group_size}/seed={seed}",
         out=subpath(output.log, parent=True),
         code=TRAIN_CODE,
+        launch=train_launcher,
+        threads=train_threads,
     threads: 1
     resources:
         mem_mb=4000,
         runtime="2h",
     conda:
-        job_env
+        train_env
     shell:
-        "python -m repro train --config {input.cfg} --out {params.scratch} --resume"
-        " --fingerprint {params.code} --label {wildcards.algo} --threads {threads}"
+        "{params.launch} -m repro train --config {input.cfg} --out {params.scratch} --resume"
+        " --fingerprint {params.code} --label {wildcards.algo} --threads {params.threads}"
         " --export {params.out} > {log} 2>&1"

@@ -9,6 +9,7 @@ the working directory through `python -m repro`).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -22,7 +23,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted(p.name for p in (ROOT / "config" / "presets").glob("*.yaml"))
-WORKFLOW = ["Snakefile", "rules", "config", "profiles", "envs", "repro", "pyproject.toml"]
+WORKFLOW = ["Snakefile", "rules", "config", "profiles", "envs", "scripts", "repro",
+            "pyproject.toml"]
 SMOKE = ["--configfile", "config/presets/smoke.yaml"]
 
 
@@ -145,6 +147,42 @@ def test_smoke_preset_end_to_end(tmp_path):
     report = wd / "results" / "report.html"
     ok(snakemake("--report", str(report), *SMOKE, cwd=wd), wd)
     assert report.stat().st_size > 10_000
+
+
+TRL_SMOKE = "train: {engine: trl}\n"
+
+
+def test_smoke_preset_with_the_trl_engine_plans_every_stage(tmp_path):
+    """The end-to-end TRL run below, as a dry run: the same DAG as the native smoke run."""
+    (tmp_path / "trl.yaml").write_text(TRL_SMOKE)
+    trl = jobs_planned(ok(snakemake("-n", "-F", "--nolock", "--cores", "2", *SMOKE,
+                                    str(tmp_path / "trl.yaml"))))
+    assert trl == jobs_planned(ok(snakemake("-n", "-F", "--nolock", "--cores", "2", *SMOKE)))
+
+
+@pytest.mark.slow
+def test_smoke_preset_end_to_end_with_the_trl_engine(tmp_path):
+    """train.engine: trl on CPU (one process, no GPU, no vLLM): every run trains through TRL and
+    the rest of the pipeline reads its outputs as it reads the native engine's."""
+    wd = copy_workflow(tmp_path)
+    (wd / "trl.yaml").write_text(TRL_SMOKE)
+    ok(snakemake("--cores", "2", *SMOKE, "trl.yaml", timeout=1200, cwd=wd), wd)
+
+    from repro.results import AGG_TRAIN_CURVES, TRAIN_LOG
+
+    logs = sorted((wd / "results" / "runs").glob("**/train_log.parquet"))
+    assert len(logs) == 7, logs
+    for path in logs:
+        schema = pq.read_schema(path)
+        assert schema.remove_metadata().equals(TRAIN_LOG.remove_metadata()), path
+        assert json.loads(schema.metadata[b"config"])["engine"] == "trl", path
+        assert pq.read_table(path).num_rows == 4, path
+        assert (path.parent / "policy" / "frac=1.0" / "config.json").exists(), path
+    curves = pq.read_table(wd / "results" / "aggregate" / "train_curves.parquet")
+    assert curves.schema.remove_metadata().equals(AGG_TRAIN_CURVES.remove_metadata())
+    for name in ("main", "compute", "mechanism", "ablations", "paper"):
+        assert (wd / "results" / "tables" / f"{name}.md").stat().st_size > 0
+    assert jobs_planned(ok(snakemake("-n", "--cores", "2", *SMOKE, "trl.yaml", cwd=wd), wd)) == {}
 
 
 def training_process(scratch: str) -> int:
