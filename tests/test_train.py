@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.models import TinyModelConfig, build_tiny
+from repro.models import TinyModelConfig, build_tiny, load
 from repro.results import TRAIN_LOG, read_table
 from repro.training import rollout
 from repro.training.config import TrainConfig, load_train_config
@@ -27,7 +27,7 @@ HERE = Path(__file__).parent
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    """A random tiny policy with sharpened logits (final norm x10), sampled with top_k=2: the
+    """A random tiny policy with sharpened logits (final norm x10), sampled at T = 1 (no top-k: training refuses truncation): the
     early tokens of a group coincide (shared nodes, as template tokens of a trained model would)
     while later ones diverge (distinct completions, so rewards differ)."""
     path = tmp_path_factory.mktemp("policy") / "tiny"
@@ -48,7 +48,7 @@ def small(model, **kw) -> dict:
     base = {"model": str(model), "steps": 3, "prompts_per_step": 4, "group_size": 4,
             "minibatches": 2, "max_new_tokens": 12, "probe_n": 2, "checkpoint_every": 0,
             "checkpoint_fractions": [1.0], "lr": 1e-3,
-            "top_k": 2}
+            "temperature": 1.0}
     return base | kw
 
 
@@ -120,6 +120,52 @@ def test_sigkill_and_resume_equals_an_uninterrupted_run(tiny_model, tmp_path):
     resumed = read_table(killed / "train_log.parquet", TRAIN_LOG).to_pylist()
     assert [r["step"] for r in resumed] == list(range(1, 7))
     assert comparable(resumed) == comparable(whole)  # exact equality, floats included
+
+
+@pytest.mark.parametrize("behaviour", ["trainer", "engine"])
+def test_first_minibatch_ratio_is_one_at_the_sampling_temperature(tiny_model, tmp_path, hashed,
+                                                                   monkeypatch, behaviour):
+    """At T != 1 the sampler, logp_old and the first update all score softmax(logits / T): the
+    ratio is exactly 1 on the first minibatch (the trainer's own logp_old) or equal up to float
+    noise (the engine's), and logp_old is the T-scaled log-prob of a plain forward pass."""
+    from repro.training import loop
+
+    losses, scored = [], []
+    real_loss, real_logprobs = loop.policy_loss, loop.response_logprobs
+
+    def spy_loss(cfg, mb, norm=None):
+        losses.append((mb.logp.detach().clone(), mb.logp_old.clone(), mb.mask.clone()))
+        return real_loss(cfg, mb, norm)
+
+    def spy_logprobs(model, ids, attn, resp, **kw):
+        out = real_logprobs(model, ids, attn, resp, **kw)
+        scored.append((ids, attn, resp, out[0].detach()))
+        return out
+
+    monkeypatch.setattr(loop, "policy_loss", spy_loss)
+    monkeypatch.setattr(loop, "response_logprobs", spy_logprobs)
+    train(TrainConfig(**small(tiny_model, steps=1, temperature=0.5,
+                              behaviour_logprobs=behaviour)), tmp_path)
+    logp, logp_old, mask = losses[0]  # minibatch 1 of step 1: the policy that sampled
+    diff = (logp - logp_old)[mask].abs().max()
+    assert diff == 0 if behaviour == "trainer" else diff < 1e-4
+
+    ids, attn, resp, old_all = scored[0]  # the loop's logp_old pass over the rollout batch
+    model = load(str(tiny_model))[0].eval()
+    with torch.no_grad():
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, :-1].float()
+    target, sel = ids[:, 1:, None], resp[:, 1:]
+    at_t = torch.log_softmax(logits / 0.5, -1).gather(-1, target)[..., 0][sel]
+    at_1 = torch.log_softmax(logits, -1).gather(-1, target)[..., 0][sel]
+    assert (at_t - old_all[resp]).abs().max() < 1e-4
+    assert (at_1 - old_all[resp]).abs().max() > 1e-2  # T matters: the check can fail
+
+
+def test_truncated_sampling_is_refused_in_training():
+    for key, value in (("top_p", 0.95), ("top_k", 20)):
+        with pytest.raises(ValueError, match=f"TrainConfig.{key} must be"):
+            TrainConfig(model="m", **{key: value})
 
 
 def test_config_errors_name_the_field(tmp_path):
