@@ -67,6 +67,41 @@ def test_every_algorithm_runs_and_logs_its_schema(algorithm, objective, tiny_mod
     assert rows[-1]["gen_tokens_cum"] == sum(r["gen_tokens"] for r in rows)
     assert (final / "config.json").exists() and (tmp_path / "checkpoints" / "step_000003").exists()
     assert any(r["grad_norm"] > 0 for r in rows)  # something was learned from the rewards
+    assert all(r["s_spread"] > 0 for r in rows)  # K = 2: the second update is off-policy
+
+
+def test_sequence_ratio_spread_is_the_mean_within_group_relative_range():
+    from repro.objectives import Minibatch
+    from repro.objectives.metrics import seq_ratio_spread
+
+    mask = torch.tensor([[True, True], [True, False], [True, True], [True, True]])
+    logp_old = torch.zeros(4, 2)
+    logp = torch.tensor([[0.2, 0.0], [0.0, 0.0], [-0.1, -0.1], [0.3, 0.3]]) * mask
+    mb = Minibatch(logp, logp_old, mask, torch.tensor([1.0, -1.0, 1.0, -1.0]),
+                   torch.tensor([0, 0, 1, 1]))
+    s = [math.exp(0.1), 1.0, math.exp(-0.1), math.exp(0.3)]  # mean token log-ratio per row
+    want = ((s[0] - s[1]) / ((s[0] + s[1]) / 2) + (s[3] - s[2]) / ((s[2] + s[3]) / 2)) / 2
+    assert seq_ratio_spread(mb) == pytest.approx(want, rel=1e-6)  # float32 log-ratios
+    assert seq_ratio_spread(Minibatch(logp_old, logp_old, mask, mb.advantages, mb.group)) == 0
+
+
+def test_ablation_neighbours_take_different_trajectories(tiny_model, tmp_path, hashed):
+    """dfpo_global leaves dfpo_min's trajectory on >= 90% of the steps that carry signal, once
+    K > 1 spreads the sequence ratios. Compared: grad_norm and ppo_kl, not the loss value, which
+    is ~0 for every min_replace variant by construction (sum_i A_i w~_i = 0 in each group).
+    (dfpo_min_nosg is not checked here: its extra term sum_i A_i n_i grad w~_i vanishes when all
+    responses have one length n_i, as these 12-token truncated ones do.)"""
+    variants = {"min": {"transform": "min_replace"}, "global": {"transform": "global_scale"}}
+    logs = {}
+    for name, objective in variants.items():
+        train(TrainConfig(**small(tiny_model, steps=4, objective=objective)), tmp_path / name)
+        logs[name] = read_table(tmp_path / name / "train_log.parquet", TRAIN_LOG).to_pylist()
+    live = [i for i, r in enumerate(logs["min"]) if r["zero_adv_frac"] < 1]
+    assert len(live) >= 2
+    for other in ("global",):
+        differ = [any(abs(logs["min"][i][k] - logs[other][i][k]) > 1e-7 * abs(logs["min"][i][k])
+                      for k in ("grad_norm", "ppo_kl")) for i in live]
+        assert sum(differ) >= 0.9 * len(differ), (other, differ)
 
 
 def test_dfpo_cancels_and_gspo_does_not_in_the_step_log(tiny_model, tmp_path, hashed):

@@ -39,8 +39,8 @@ from repro.training.logprobs import response_logprobs
 from repro.training.probes import ProbeSet, kl_between
 from repro.training.rollout import PromptStream, Rewarder, rollout
 
-MEAN_KEYS = ("loss", "clip_frac", "ppo_kl", "w_mean", "neg_weight_frac", "asym", "residual_full",
-             "freq_energy", "grad_norm")
+MEAN_KEYS = ("loss", "clip_frac", "ppo_kl", "w_mean", "neg_weight_frac", "s_spread", "asym",
+             "residual_full", "freq_energy", "grad_norm")
 
 
 def train(
