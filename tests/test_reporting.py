@@ -108,9 +108,11 @@ def world(tmp_path_factory):
                 files.append(write_eval(root, algo, seed, bench, correct, frac=0.5))
             files += [write_eval(root, a, seed, bench, correct, group_size=4)
                       for a, correct in correctness(seed + 10, bench).items() if a != "grpo"]
-    for bench in BENCHES:
-        files.append(write_eval(root, "init", 0, bench, np.zeros((PROBLEMS, K), bool),
-                                group_size=None, frac=0.0))
+    for seed in SEEDS:  # the start at every run seed, as the pipeline evaluates it
+        for bench in BENCHES:
+            start = np.random.default_rng([seed, 99]).random((PROBLEMS, K)) < 0.2
+            truth["init", seed, bench] = start
+            files.append(write_eval(root, "init", seed, bench, start, group_size=None, frac=0.0))
     out = root / "aggregate"
     result = CliRunner().invoke(app, ["aggregate", "--out", str(out), "--experiment", "test",
                                       "--main-algos", "grpo,gspo,dfpo_min", *map(str, files)])
@@ -134,7 +136,7 @@ def test_aggregate_keys_rows_and_settings(world):
     assert problems.num_rows == n_evals * PROBLEMS and samples.num_rows == n_evals * PROBLEMS * K
     assert len(runs) == 4 * len(SEEDS)
     init = [r for r in problems.to_pylist() if r["run_algo"] == "init"]
-    assert len(init) == 2 * PROBLEMS and all(r["run_group_size"] is None and r["frac"] == 0.0
+    assert len(init) == 2 * PROBLEMS * len(SEEDS) and all(r["run_group_size"] is None and r["frac"] == 0.0
                                              for r in init)
     gspo = next(r for r in runs if r["run_algo"] == "gspo" and r["run_seed"] == 1
                 and r["run_group_size"] == G)
@@ -224,6 +226,9 @@ def test_tables_markdown_and_latex(world, tmp_path):
     hand = np.mean([world["truth"]["dfpo_min", s, "synth-aime"].mean() for s in SEEDS]) * 100
     assert f"| {hand:.1f} [" in main["dfpo_min"] and "| +" in main["dfpo_min"]
     assert "init" in main and "not run" in (out / "ablations.md").read_text()  # no ablation runs
+    vs_init = np.mean([world["truth"]["dfpo_min", s, "synth-aime"].mean()
+                       - world["truth"]["init", s, "synth-aime"].mean() for s in SEEDS]) * 100
+    assert f"| {vs_init:+.1f} [" in main["dfpo_min"] and f"{len(SEEDS)} seeds)" in main["dfpo_min"]
     assert "synthetic stand-ins" in (out / "paper.md").read_text()
 
 
