@@ -245,7 +245,7 @@ def study_options() -> str:
     ])
 
 
-TABLES = ["main", "compute", "mechanism", "ablations", "paper"]
+TABLES = ["main", "compute", "mechanism", "ablations", "verdict", "paper"]
 FIGURES = ["reward_vs_compute", "entropy_vs_step", "logodds_drift_vs_step", "kl_template_vs_step",
            "mechanism_vs_step", "group_size_ablation"]
 AGGREGATES = ["train_curves", "eval_problems", "eval_samples", "runs"]

@@ -276,3 +276,34 @@ def test_paper_reference_round_trips(tmp_path):
     assert table1["aime25", "Qwen3-32B", "DFPO (Min-Replace)"] == 82.5  # paper.md, Table 1
     assert ("aime25", "Qwen3-Next-80B-A3B-Thinking", "GRPO") not in table1  # not reported
     assert sorted(r["group_size"] for r in rows if r["table"] == "4") == [2, 16]
+
+
+def test_verdicts_follow_the_preregistered_rules_on_a_synthetic_aggregate(world, tmp_path):
+    """dfpo_min is gspo plus extra correct samples and reaches κ earlier: P1 and P2 hold (P1
+    only if V, learning, holds); equal asym/drift/entropy curves give P3 fails (not lower) and
+    P5/P6 inconclusive (not larger either); one paired group size leaves P8 inconclusive. With
+    the roles swapped, P1 and P2 fail: the rules can fail."""
+    from repro.reporting.verdict import FAILS, HOLDS, INCONCLUSIVE, NO_LEARNING, verdicts
+
+    agg = load_aggregate(world["out"])
+    got = {v.pid: v for v in verdicts(agg, MODEL)}
+    truth = world["truth"]
+    hand_v = np.mean([np.mean([truth["grpo", s, b].mean() - truth["init", s, b].mean()
+                               for b in BENCHES]) for s in SEEDS]) * 100
+    assert got["V"].numbers.startswith(f"Δ = {hand_v:+.1f} [") and "3 seeds" in got["V"].numbers
+    assert got["P1"].verdict == (HOLDS if got["V"].verdict == HOLDS else NO_LEARNING)
+    assert got["P2"].verdict == HOLDS and "ratio < 1 in 3/3 seeds, mean ratio 0.71" in got[
+        "P2"].numbers
+    assert got["P3"].verdict == FAILS
+    assert got["P5"].verdict == got["P6"].verdict == got["P8"].verdict == INCONCLUSIVE
+
+    swapped = tmp_path / "swapped"
+    result = CliRunner().invoke(app, ["aggregate", "--out", str(swapped), "--experiment", "test",
+                                      "--baseline", "dfpo_min", "--proposed", "gspo",
+                                      "--main-algos", "grpo,gspo,dfpo_min",
+                                      "--group-algos", "dfpo_min,gspo",
+                                      *map(str, world["files"])])
+    assert result.exit_code == 0, result.output
+    flipped = {v.pid: v for v in verdicts(load_aggregate(swapped), MODEL)}
+    assert flipped["P1"].verdict in (FAILS if got["V"].verdict == HOLDS else NO_LEARNING,)
+    assert flipped["P2"].verdict == FAILS

@@ -183,3 +183,21 @@ def paired_seed_bootstrap(
     p_value = (1 + int(extreme.sum())) / (n_boot + 1)
     return {"diff": diff, "lo": float(lo), "hi": float(hi), "p_value": p_value,
             "per_seed": d.mean(axis=1).tolist()}
+
+
+def seed_problem_replicates(
+    d: Any, *, seed: int = 0, n_boot: int = 10_000
+) -> tuple[np.ndarray, np.ndarray]:
+    """(means [m], replicates [n_boot, m]) of m aligned [seeds, problems] matrices d [m, S, P],
+    all resampled with the same seed and problem draws (for statistics across the m, such as a
+    slope over group sizes, whose interval must keep their pairing)."""
+    _check_boot(n_boot, 0.05)
+    stack = np.asarray(d, dtype=np.float64)
+    if stack.ndim != 3 or stack.size == 0:
+        raise ValueError(f"seed_problem_replicates: need a non-empty [m, seeds, problems] array, "
+                         f"got {stack.shape}")
+    _, n_seeds, n_problems = stack.shape
+    rng = np.random.default_rng(seed)
+    problem_w = _counts(rng, n_problems, n_boot) / n_problems
+    seed_w = _counts(rng, n_seeds, n_boot) / n_seeds
+    return stack.mean(axis=(1, 2)), np.einsum("br,mrp,bp->bm", seed_w, stack, problem_w)
