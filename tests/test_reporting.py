@@ -214,7 +214,7 @@ def test_tables_markdown_and_latex(world, tmp_path):
     result = runner.invoke(app, ["tables", "--aggregate", str(world["out"]), "--out", str(out),
                                  "--paper", str(paper)])
     assert result.exit_code == 0, result.output
-    for name in ("main", "compute", "mechanism", "ablations", "paper"):
+    for name in ("main", "compute", "mechanism", "ablations", "verdict", "paper"):
         tex = (out / f"{name}.tex").read_text()
         assert all(rule in tex for rule in (r"\toprule", r"\midrule", r"\bottomrule"))
         assert "dfpo_min" not in tex and r"dfpo\_min" in tex

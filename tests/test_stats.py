@@ -179,3 +179,17 @@ def test_paired_seed_bootstrap_cancels_what_the_pair_shares():
     assert (same["diff"], same["lo"], same["hi"], same["p_value"]) == (0.0, 0.0, 0.0, 1.0)
     with pytest.raises(ValueError, match="aligned"):
         paired_seed_bootstrap(shared, shared[:2])
+
+
+def test_seed_problem_replicates_share_one_draw_across_matrices():
+    from repro.evaluation.stats import seed_problem_replicates
+
+    rng = np.random.default_rng(1)
+    base = rng.random((4, 50))
+    means, reps = seed_problem_replicates([base, base + 0.1, 2 * base], n_boot=500)
+    assert means == pytest.approx([base.mean(), base.mean() + 0.1, 2 * base.mean()])
+    assert reps.shape == (500, 3)
+    assert reps[:, 1] - reps[:, 0] == pytest.approx(np.full(500, 0.1))  # same draw for all
+    assert reps[:, 2] == pytest.approx(2 * reps[:, 0])
+    with pytest.raises(ValueError, match="seeds, problems"):
+        seed_problem_replicates(base)

@@ -126,7 +126,7 @@ def test_smoke_preset_end_to_end(tmp_path):
         table = pq.read_table(wd / "results" / "aggregate" / f"{name}.parquet")
         assert table.schema.remove_metadata().equals(schema.remove_metadata()), name
         assert table.num_rows > 0, name
-    for name in ("main", "compute", "mechanism", "ablations", "paper"):
+    for name in ("main", "compute", "mechanism", "ablations", "verdict", "paper"):
         for ext in ("md", "tex"):
             assert (wd / "results" / "tables" / f"{name}.{ext}").stat().st_size > 0
     for fig in ("reward_vs_compute", "entropy_vs_step", "logodds_drift_vs_step",

@@ -138,17 +138,17 @@ def _entropy_drop(col: Callable[[str], np.ndarray]) -> float:
 
 def group_verdict(agg: Aggregate, model: str, base: str, prop: str, learned: bool) -> Verdict:
     claim = f"P8: the gain of {prop} over {base} grows with G"
-    diffs, sizes = [], []
-    for g in agg.group_sizes(model, (base, prop)):
-        a, b = _final(agg, model, prop, g), _final(agg, model, base, g)
-        seeds = sorted(set(a) & set(b))
-        if seeds:
-            common = sorted(set.intersection(*(set(a[s]) & set(b[s]) for s in seeds)))
-            diffs.append([[a[s][p] - b[s][p] for p in common] for s in seeds])
-            sizes.append(g)
-    shapes = {np.shape(d) for d in diffs}
-    if len(sizes) < 3 or len(shapes) != 1:
-        return Verdict("P8", claim, f"{len(sizes)} group sizes with paired runs", INCONCLUSIVE)
+    runs = {g: (_final(agg, model, prop, g), _final(agg, model, base, g))
+            for g in agg.group_sizes(model, (base, prop))}
+    runs = {g: ab for g, ab in runs.items() if ab[0] and ab[1]}
+    seeds = sorted(set.intersection(*(set(a) & set(b) for a, b in runs.values()))) if runs else []
+    if len(runs) < 3 or not seeds:
+        return Verdict("P8", claim, f"{len(runs)} group sizes with paired runs", INCONCLUSIVE)
+    common = sorted(set.intersection(*(set(a[s]) & set(b[s]) for a, b in runs.values()
+                                       for s in seeds)))
+    sizes = sorted(runs)  # every G on the same seeds and problems: a joint bootstrap
+    diffs = [[[runs[g][0][s][p] - runs[g][1][s][p] for p in common] for s in seeds]
+             for g in sizes]
     x = np.log2(sizes)
     means, reps = seed_problem_replicates(diffs)
     centred = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
