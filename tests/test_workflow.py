@@ -110,6 +110,10 @@ def test_bad_config_key_fails_at_parse_time_naming_it(tmp_path):
     proc = snakemake("-n", "--nolock", "--configfile", str(bad))
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "run.algorithms names ['not_an_algo']" in out, out
+    bad.write_text("models: {tiny: {source: sft, base: nowhere}}\n")
+    proc = snakemake("-n", "--nolock", "--configfile", str(bad))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "models.tiny.base names 'nowhere'" in out, out
 
 
 @pytest.mark.slow
