@@ -228,7 +228,11 @@ def bench_coherence(
         typer.echo(f"repro bench coherence: {err}", err=True)
         raise typer.Exit(2) from None
     _set_threads(threads)
-    run_coherence_bench(cfg, out)
+    try:
+        run_coherence_bench(cfg, out)
+    except ValueError as err:  # e.g. every group has one reward: no gradient to compare
+        typer.echo(f"repro bench coherence: {err}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _register_reporting() -> None:
