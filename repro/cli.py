@@ -216,6 +216,39 @@ def bench_gpu(
     typer.echo(f"repro bench gpu: {out} ({report['device']}, {report['total_seconds']:.0f} s)")
 
 
+@bench_app.command("coherence")
+def bench_coherence(
+    model: Annotated[str, typer.Option(help="Policy folder (e.g. an SFT start or a run's final).")],
+    task: Annotated[str, typer.Option(help="Training prompt set.")] = "synth-rule",
+    batches: Annotated[int, typer.Option(help="Independent rollout batches (>= 2).")] = 8,
+    prompts: Annotated[int, typer.Option(help="Prompts per batch.")] = 8,
+    group_size: Annotated[int, typer.Option(help="Samples per prompt.")] = 8,
+    max_new_tokens: Annotated[int, typer.Option(help="Response budget.")] = 64,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Prompt stream and sampling seed.")] = 0,
+    same_prompts: Annotated[bool, typer.Option(help="Redraw samples of one prompt set.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Also write the JSON here.")] = None,
+    threads: Annotated[int | None, typer.Option(help=THREADS_HELP)] = None,
+) -> None:
+    """Cosine between GRPO gradients of rollout batches with different prompts, and the signal
+    share of their mean: does RL at this policy learn something shared across problems?"""
+    from repro.bench.coherence import CoherenceConfig, run_coherence_bench
+
+    try:
+        cfg = CoherenceConfig(model=model, task=task, batches=batches, prompts=prompts,
+                              group_size=group_size, max_new_tokens=max_new_tokens,
+                              temperature=temperature, seed=seed, same_prompts=same_prompts)
+    except ValueError as err:
+        typer.echo(f"repro bench coherence: {err}", err=True)
+        raise typer.Exit(2) from None
+    _set_threads(threads)
+    try:
+        run_coherence_bench(cfg, out)
+    except ValueError as err:  # e.g. every group has one reward: no gradient to compare
+        typer.echo(f"repro bench coherence: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
 def _register_reporting() -> None:
     """`repro aggregate`, `repro tables`, `repro figures`, `repro paper-reference` (repro/reporting)."""
     from repro.reporting.commands import register

@@ -35,7 +35,7 @@ FINAL = frac_label(max(config["eval"]["fractions"]))
 MAIN_G = int(config["train"]["group_size"])
 MAIN_P = int(config["train"]["prompts_per_step"])
 RUN = "algo={algo}/model={model}/group_size={group_size}/seed={seed}"
-INIT = "algo=init/model={model}/seed=0/frac=0.0"
+INIT = "algo=init/model={model}/seed={seed}/frac=0.0"
 RUN_DIR = "results/runs/algo={algo}/model={model}/group_size={group_size}/seed={seed}"
 
 
@@ -123,11 +123,16 @@ def eval_problems(main_only: bool = False) -> list[str]:
         for frac in FRACTIONS if r["main"] else [FINAL]:
             files += [f"{eval_dir(r, frac)}/benchmark={b}/problems.parquet"
                       for b in config["eval"]["benchmarks"]]
-    if config["eval"]["init"]:
+    if config["eval"]["init"]:  # at every run seed: paired, same sampling seed as the runs
         for model in config["run"]["models"]:
-            files += [f"results/eval/{INIT.format(model=model)}/benchmark={b}/problems.parquet"
-                      for b in config["eval"]["benchmarks"]]
+            files += [f"results/eval/{INIT.format(model=model, seed=s)}/benchmark={b}/problems.parquet"
+                      for s in run_seeds() for b in config["eval"]["benchmarks"]]
     return files
+
+
+def run_seeds() -> list[int]:
+    """Every seed a run uses (main and ablations): the start is evaluated at each of them."""
+    return sorted({int(r["seed"]) for r in run_keys()})
 
 
 def start_policy(model: str) -> str:
@@ -140,10 +145,41 @@ def start_policy(model: str) -> str:
     return entry["id"]
 
 
+def sft_base(model: str) -> str | None:
+    """The catalogue key a second-stage SFT continues from (checked: an sft entry, no cycle)."""
+    base, seen = config["models"][model].get("base"), {model}
+    key = base
+    while key is not None:
+        if key not in config["models"] or config["models"][key]["source"] != "sft":
+            raise ValueError(f"config: models.{model}.base names {key!r}, not an sft entry of "
+                             f"the 'models' catalogue {sorted(config['models'])}")
+        if key in seen:
+            raise ValueError(f"config: models.{model}.base forms a cycle through {key!r}")
+        seen.add(key)
+        key = config["models"][key].get("base")
+    return base
+
+
+for _model in config["models"]:
+    sft_base(_model)  # a bad base fails at parse time
+
+
+def sft_inputs(wildcards) -> list[str]:
+    """The base stage's SFT folder for a second stage; nothing for an SFT from scratch."""
+    base = sft_base(wildcards.model)
+    return [] if base is None else [start_policy(base)]
+
+
 def sft_overrides(wildcards) -> str:
-    """The model's `sft:` entries as quoted KEY=VALUE arguments of `repro sft`."""
-    items = config["models"][wildcards.model].get("sft", {}).items()
-    return " ".join(shlex.quote(f"{k}={json.dumps(v)}") for k, v in items)
+    """The model's `sft:` entries (and its base stage's folder as `model`) as quoted
+    KEY=VALUE arguments of `repro sft`."""
+    items = dict(config["models"][wildcards.model].get("sft", {}))
+    base = sft_base(wildcards.model)
+    if base is not None:
+        if "model" in items:
+            raise ValueError(f"config: models.{wildcards.model} sets both base and sft.model")
+        items["model"] = start_policy(base)
+    return " ".join(shlex.quote(f"{k}={json.dumps(v)}") for k, v in items.items())
 
 
 def job_env(wildcards) -> str:
@@ -266,7 +302,7 @@ def study_options() -> str:
     ])
 
 
-TABLES = ["main", "compute", "mechanism", "ablations", "paper"]
+TABLES = ["main", "compute", "mechanism", "ablations", "verdict", "paper"]
 FIGURES = ["reward_vs_compute", "entropy_vs_step", "logodds_drift_vs_step", "kl_template_vs_step",
            "mechanism_vs_step", "group_size_ablation"]
 AGGREGATES = ["train_curves", "eval_problems", "eval_samples", "runs"]

@@ -2,7 +2,10 @@
 
 
 rule sft:
-    """The tiny default's warm start: a random-init tiny Qwen3 taught the synthetic tasks."""
+    """The tiny default's warm start: a random-init tiny Qwen3 taught the synthetic tasks, or a
+    second stage continuing from another model's SFT (models.KEY.base)."""
+    input:
+        sft_inputs,
     output:
         directory("results/models/model={model}/sft"),
     log:

@@ -38,26 +38,28 @@ rule evaluate:
 
 
 rule evaluate_init:
-    """avg@k of the policy RL starts from (the SFT warm start, or the hub model)."""
+    """avg@k of the policy RL starts from (the SFT warm start, or the hub model), at eval seed
+    `seed`: the same sampling seed as that seed's runs, so every checkpoint of a run and its
+    start draw common random numbers (same batches, same generator seeds) and differ in pairs."""
     input:
         start=start_inputs,
     output:
         problems=expand(
-            "results/eval/algo=init/model={{model}}/seed=0/frac=0.0/benchmark={benchmark}/problems.parquet",
+            "results/eval/algo=init/model={{model}}/seed={{seed}}/frac=0.0/benchmark={benchmark}/problems.parquet",
             benchmark=config["eval"]["benchmarks"],
             allow_missing=True,
         ),
         samples=expand(
-            "results/eval/algo=init/model={{model}}/seed=0/frac=0.0/benchmark={benchmark}/samples.parquet",
+            "results/eval/algo=init/model={{model}}/seed={{seed}}/frac=0.0/benchmark={benchmark}/samples.parquet",
             benchmark=config["eval"]["benchmarks"],
             allow_missing=True,
         ),
     log:
-        "logs/evaluate_init/model={model}.log",
+        "logs/evaluate_init/model={model}/seed={seed}.log",
     benchmark:
-        "benchmarks/evaluate_init/model={model}.jsonl"
+        "benchmarks/evaluate_init/model={model}/seed={seed}.jsonl"
     params:
-        out="results/eval/algo=init/model={model}/seed=0/frac=0.0",
+        out="results/eval/algo=init/model={model}/seed={seed}/frac=0.0",
         policy=start_policy_of,
         options=eval_options(),
         code=EVAL_CODE,
@@ -69,4 +71,4 @@ rule evaluate_init:
         job_env
     shell:
         "OMP_NUM_THREADS={threads} python -m repro eval --model {params.policy} --out {params.out}"
-        " --checkpoint init --seed 0 --workers {threads} {params.options} > {log} 2>&1"
+        " --checkpoint init --seed {wildcards.seed} --workers {threads} {params.options} > {log} 2>&1"

@@ -38,7 +38,7 @@ def has(module: str) -> bool:
 def test_every_builtin_yaml_validates():
     assert benchmark_names() == [
         "aime25", "hmmt25", "lcb-train", "livecodebench", "openr1-math", "synth-aime",
-        "synth-hmmt", "synth-lcb",
+        "synth-hmmt", "synth-lcb", "synth-rule",
     ]
     aime, hmmt = get_benchmark("aime25"), get_benchmark("hmmt25")
     assert (aime.dataset, aime.split, aime.template) == (AIME_ID, "train", "math-integer")

@@ -40,18 +40,36 @@ def test_hf_engine_shapes_determinism_and_finish_reasons(tiny):
     assert [[c.token_ids for c in r] for r in other] != [[c.token_ids for c in r] for r in out]
     for row in out:
         for c in row:
-            assert 1 <= c.n_tokens <= 12
-            ends_with_eos = c.token_ids[-1] == tok.eos_token_id
-            assert c.finish_reason == ("stop" if ends_with_eos else "length")
-            assert tok.pad_token_id not in c.token_ids or c.finish_reason == "length"
+            assert 0 <= c.n_tokens <= 12
+            assert tok.pad_token_id not in c.token_ids  # a sampled pad is a stop, never text
+            ends_with_eos = c.n_tokens > 0 and c.token_ids[-1] == tok.eos_token_id
+            assert c.finish_reason == ("stop" if ends_with_eos or c.n_tokens < 12 else "length")
 
 
-def test_hf_engine_logprobs_equal_a_teacher_forced_forward(tiny):
-    """Behaviour log-probs from the engine (left-padded batch) match an unpadded forward pass."""
+def test_a_sampled_pad_ends_the_response_and_is_dropped(tiny):
+    """A model that always samples pad yields empty "stop" completions, not pad text to train."""
+    model, tok = tiny
+    engine = HFEngine(model, tok, batch_size=2)
+    bias = torch.full((len(tok),), -1e4)
+    bias[tok.pad_token_id] = 0.0
+    head = model.get_output_embeddings()
+    head.bias = torch.nn.Parameter(bias)
+    try:
+        out = engine.generate(prompts_for(tok, 2), SamplingConfig(temperature=1.0, top_k=0,
+                                                                  top_p=1.0, max_new_tokens=5))
+    finally:
+        head.bias = None
+    assert [(c.token_ids, c.finish_reason) for row in out for c in row] == [((), "stop")] * 2
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_hf_engine_logprobs_equal_a_teacher_forced_forward(tiny, temperature):
+    """Behaviour log-probs from the engine (left-padded batch) match an unpadded forward pass
+    of the sampling policy softmax(logits / T)."""
     model, tok = tiny
     engine = HFEngine(model, tok, batch_size=3)
     prompts = prompts_for(tok, 3)
-    out = engine.generate(prompts, SamplingConfig(temperature=1.0, top_k=0, top_p=1.0,
+    out = engine.generate(prompts, SamplingConfig(temperature=temperature, top_k=0, top_p=1.0,
                                                   max_new_tokens=10, n=2), return_logprobs=True)
     for prompt, row in zip(prompts, out):
         p_ids = tok(prompt, add_special_tokens=False, return_tensors="pt").input_ids[0]
@@ -59,8 +77,15 @@ def test_hf_engine_logprobs_equal_a_teacher_forced_forward(tiny):
             ids = torch.cat([p_ids, torch.tensor(c.token_ids)])[None]
             with torch.no_grad():
                 logits = model(ids).logits[0, len(p_ids) - 1 : -1]
-            ref = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
+            ref = torch.log_softmax(logits.float() / temperature, -1).gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
             torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-4, rtol=1e-4)
+
+
+def test_hf_engine_refuses_logprobs_of_truncated_sampling(tiny):
+    model, tok = tiny
+    with pytest.raises(ValueError, match="truncated sampling"):
+        HFEngine(model, tok).generate(prompts_for(tok, 1), SamplingConfig(top_k=20),
+                                      return_logprobs=True)
 
 
 def test_hf_engine_greedy_follows_the_argmax(tiny):

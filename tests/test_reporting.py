@@ -108,9 +108,11 @@ def world(tmp_path_factory):
                 files.append(write_eval(root, algo, seed, bench, correct, frac=0.5))
             files += [write_eval(root, a, seed, bench, correct, group_size=4)
                       for a, correct in correctness(seed + 10, bench).items() if a != "grpo"]
-    for bench in BENCHES:
-        files.append(write_eval(root, "init", 0, bench, np.zeros((PROBLEMS, K), bool),
-                                group_size=None, frac=0.0))
+    for seed in SEEDS:  # the start at every run seed, as the pipeline evaluates it
+        for bench in BENCHES:
+            start = np.random.default_rng([seed, 99]).random((PROBLEMS, K)) < 0.2
+            truth["init", seed, bench] = start
+            files.append(write_eval(root, "init", seed, bench, start, group_size=None, frac=0.0))
     out = root / "aggregate"
     result = CliRunner().invoke(app, ["aggregate", "--out", str(out), "--experiment", "test",
                                       "--main-algos", "grpo,gspo,dfpo_min", *map(str, files)])
@@ -134,7 +136,7 @@ def test_aggregate_keys_rows_and_settings(world):
     assert problems.num_rows == n_evals * PROBLEMS and samples.num_rows == n_evals * PROBLEMS * K
     assert len(runs) == 4 * len(SEEDS)
     init = [r for r in problems.to_pylist() if r["run_algo"] == "init"]
-    assert len(init) == 2 * PROBLEMS and all(r["run_group_size"] is None and r["frac"] == 0.0
+    assert len(init) == 2 * PROBLEMS * len(SEEDS) and all(r["run_group_size"] is None and r["frac"] == 0.0
                                              for r in init)
     gspo = next(r for r in runs if r["run_algo"] == "gspo" and r["run_seed"] == 1
                 and r["run_group_size"] == G)
@@ -212,7 +214,7 @@ def test_tables_markdown_and_latex(world, tmp_path):
     result = runner.invoke(app, ["tables", "--aggregate", str(world["out"]), "--out", str(out),
                                  "--paper", str(paper)])
     assert result.exit_code == 0, result.output
-    for name in ("main", "compute", "mechanism", "ablations", "paper"):
+    for name in ("main", "compute", "mechanism", "ablations", "verdict", "paper"):
         tex = (out / f"{name}.tex").read_text()
         assert all(rule in tex for rule in (r"\toprule", r"\midrule", r"\bottomrule"))
         assert "dfpo_min" not in tex and r"dfpo\_min" in tex
@@ -224,6 +226,9 @@ def test_tables_markdown_and_latex(world, tmp_path):
     hand = np.mean([world["truth"]["dfpo_min", s, "synth-aime"].mean() for s in SEEDS]) * 100
     assert f"| {hand:.1f} [" in main["dfpo_min"] and "| +" in main["dfpo_min"]
     assert "init" in main and "not run" in (out / "ablations.md").read_text()  # no ablation runs
+    vs_init = np.mean([world["truth"]["dfpo_min", s, "synth-aime"].mean()
+                       - world["truth"]["init", s, "synth-aime"].mean() for s in SEEDS]) * 100
+    assert f"| {vs_init:+.1f} [" in main["dfpo_min"] and f"{len(SEEDS)} seeds)" in main["dfpo_min"]
     assert "synthetic stand-ins" in (out / "paper.md").read_text()
 
 
@@ -271,3 +276,34 @@ def test_paper_reference_round_trips(tmp_path):
     assert table1["aime25", "Qwen3-32B", "DFPO (Min-Replace)"] == 82.5  # paper.md, Table 1
     assert ("aime25", "Qwen3-Next-80B-A3B-Thinking", "GRPO") not in table1  # not reported
     assert sorted(r["group_size"] for r in rows if r["table"] == "4") == [2, 16]
+
+
+def test_verdicts_follow_the_preregistered_rules_on_a_synthetic_aggregate(world, tmp_path):
+    """dfpo_min is gspo plus extra correct samples and reaches κ earlier: P1 and P2 hold (P1
+    only if V, learning, holds); equal asym/drift/entropy curves give P3 fails (not lower) and
+    P5/P6 inconclusive (not larger either); one paired group size leaves P8 inconclusive. With
+    the roles swapped, P1 and P2 fail: the rules can fail."""
+    from repro.reporting.verdict import FAILS, HOLDS, INCONCLUSIVE, NO_LEARNING, verdicts
+
+    agg = load_aggregate(world["out"])
+    got = {v.pid: v for v in verdicts(agg, MODEL)}
+    truth = world["truth"]
+    hand_v = np.mean([np.mean([truth["grpo", s, b].mean() - truth["init", s, b].mean()
+                               for b in BENCHES]) for s in SEEDS]) * 100
+    assert got["V"].numbers.startswith(f"Δ = {hand_v:+.1f} [") and "3 seeds" in got["V"].numbers
+    assert got["P1"].verdict == (HOLDS if got["V"].verdict == HOLDS else NO_LEARNING)
+    assert got["P2"].verdict == HOLDS and "ratio < 1 in 3/3 seeds, mean ratio 0.71" in got[
+        "P2"].numbers
+    assert got["P3"].verdict == FAILS
+    assert got["P5"].verdict == got["P6"].verdict == got["P8"].verdict == INCONCLUSIVE
+
+    swapped = tmp_path / "swapped"
+    result = CliRunner().invoke(app, ["aggregate", "--out", str(swapped), "--experiment", "test",
+                                      "--baseline", "dfpo_min", "--proposed", "gspo",
+                                      "--main-algos", "grpo,gspo,dfpo_min",
+                                      "--group-algos", "dfpo_min,gspo",
+                                      *map(str, world["files"])])
+    assert result.exit_code == 0, result.output
+    flipped = {v.pid: v for v in verdicts(load_aggregate(swapped), MODEL)}
+    assert flipped["P1"].verdict in (FAILS if got["V"].verdict == HOLDS else NO_LEARNING,)
+    assert flipped["P2"].verdict == FAILS

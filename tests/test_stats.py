@@ -158,3 +158,38 @@ def test_paired_swap_negates() -> None:
 def test_paired_rejects_misaligned_inputs() -> None:
     with pytest.raises(ValueError, match="aligned"):
         paired_bootstrap(B_RESULTS, B_RESULTS[:, :4])
+
+
+def test_paired_seed_bootstrap_cancels_what_the_pair_shares():
+    """Per-seed paired differences: a seed effect and problem difficulty common to A and B drop
+    out of the interval, which an unpaired interval of A alone cannot do."""
+    from repro.evaluation.stats import paired_seed_bootstrap
+
+    rng = np.random.default_rng(0)
+    shared = rng.uniform(0, 1, size=(3, 128)) + np.array([[0.0], [0.2], [-0.2]])  # seeds differ
+    effect = rng.normal(0.1, 0.01, size=(3, 128))
+    test = paired_seed_bootstrap(shared + effect, shared)
+    assert test["diff"] == pytest.approx(effect.mean())
+    assert test["per_seed"] == pytest.approx(effect.mean(axis=1).tolist())
+    assert test["lo"] < effect.mean() < test["hi"] and test["hi"] - test["lo"] < 0.01
+    assert test["p_value"] < 0.001
+    _, lo, hi = bootstrap_ci(shared + effect)
+    assert hi - lo > 10 * (test["hi"] - test["lo"])
+    same = paired_seed_bootstrap(shared, shared)
+    assert (same["diff"], same["lo"], same["hi"], same["p_value"]) == (0.0, 0.0, 0.0, 1.0)
+    with pytest.raises(ValueError, match="aligned"):
+        paired_seed_bootstrap(shared, shared[:2])
+
+
+def test_seed_problem_replicates_share_one_draw_across_matrices():
+    from repro.evaluation.stats import seed_problem_replicates
+
+    rng = np.random.default_rng(1)
+    base = rng.random((4, 50))
+    means, reps = seed_problem_replicates([base, base + 0.1, 2 * base], n_boot=500)
+    assert means == pytest.approx([base.mean(), base.mean() + 0.1, 2 * base.mean()])
+    assert reps.shape == (500, 3)
+    assert reps[:, 1] - reps[:, 0] == pytest.approx(np.full(500, 0.1))  # same draw for all
+    assert reps[:, 2] == pytest.approx(2 * reps[:, 0])
+    with pytest.raises(ValueError, match="seeds, problems"):
+        seed_problem_replicates(base)

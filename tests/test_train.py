@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.models import TinyModelConfig, build_tiny
+from repro.models import TinyModelConfig, build_tiny, load
 from repro.results import TRAIN_LOG, read_table
 from repro.training import rollout
 from repro.training.config import TrainConfig, load_train_config
@@ -27,7 +27,7 @@ HERE = Path(__file__).parent
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    """A random tiny policy with sharpened logits (final norm x10), sampled with top_k=2: the
+    """A random tiny policy with sharpened logits (final norm x10), sampled at T = 1 (no top-k: training refuses truncation): the
     early tokens of a group coincide (shared nodes, as template tokens of a trained model would)
     while later ones diverge (distinct completions, so rewards differ)."""
     path = tmp_path_factory.mktemp("policy") / "tiny"
@@ -48,7 +48,7 @@ def small(model, **kw) -> dict:
     base = {"model": str(model), "steps": 3, "prompts_per_step": 4, "group_size": 4,
             "minibatches": 2, "max_new_tokens": 12, "probe_n": 2, "checkpoint_every": 0,
             "checkpoint_fractions": [1.0], "lr": 1e-3,
-            "top_k": 2}
+            "temperature": 1.0}
     return base | kw
 
 
@@ -67,6 +67,41 @@ def test_every_algorithm_runs_and_logs_its_schema(algorithm, objective, tiny_mod
     assert rows[-1]["gen_tokens_cum"] == sum(r["gen_tokens"] for r in rows)
     assert (final / "config.json").exists() and (tmp_path / "checkpoints" / "step_000003").exists()
     assert any(r["grad_norm"] > 0 for r in rows)  # something was learned from the rewards
+    assert all(r["s_spread"] > 0 for r in rows)  # K = 2: the second update is off-policy
+
+
+def test_sequence_ratio_spread_is_the_mean_within_group_relative_range():
+    from repro.objectives import Minibatch
+    from repro.objectives.metrics import seq_ratio_spread
+
+    mask = torch.tensor([[True, True], [True, False], [True, True], [True, True]])
+    logp_old = torch.zeros(4, 2)
+    logp = torch.tensor([[0.2, 0.0], [0.0, 0.0], [-0.1, -0.1], [0.3, 0.3]]) * mask
+    mb = Minibatch(logp, logp_old, mask, torch.tensor([1.0, -1.0, 1.0, -1.0]),
+                   torch.tensor([0, 0, 1, 1]))
+    s = [math.exp(0.1), 1.0, math.exp(-0.1), math.exp(0.3)]  # mean token log-ratio per row
+    want = ((s[0] - s[1]) / ((s[0] + s[1]) / 2) + (s[3] - s[2]) / ((s[2] + s[3]) / 2)) / 2
+    assert seq_ratio_spread(mb) == pytest.approx(want, rel=1e-6)  # float32 log-ratios
+    assert seq_ratio_spread(Minibatch(logp_old, logp_old, mask, mb.advantages, mb.group)) == 0
+
+
+def test_ablation_neighbours_take_different_trajectories(tiny_model, tmp_path, hashed):
+    """dfpo_global leaves dfpo_min's trajectory on >= 90% of the steps that carry signal, once
+    K > 1 spreads the sequence ratios. Compared: grad_norm and ppo_kl, not the loss value, which
+    is ~0 for every min_replace variant by construction (sum_i A_i w~_i = 0 in each group).
+    (dfpo_min_nosg is not checked here: its extra term sum_i A_i n_i grad w~_i vanishes when all
+    responses have one length n_i, as these 12-token truncated ones do.)"""
+    variants = {"min": {"transform": "min_replace"}, "global": {"transform": "global_scale"}}
+    logs = {}
+    for name, objective in variants.items():
+        train(TrainConfig(**small(tiny_model, steps=4, objective=objective)), tmp_path / name)
+        logs[name] = read_table(tmp_path / name / "train_log.parquet", TRAIN_LOG).to_pylist()
+    live = [i for i, r in enumerate(logs["min"]) if r["zero_adv_frac"] < 1]
+    assert len(live) >= 2
+    for other in ("global",):
+        differ = [any(abs(logs["min"][i][k] - logs[other][i][k]) > 1e-7 * abs(logs["min"][i][k])
+                      for k in ("grad_norm", "ppo_kl")) for i in live]
+        assert sum(differ) >= 0.9 * len(differ), (other, differ)
 
 
 def test_dfpo_cancels_and_gspo_does_not_in_the_step_log(tiny_model, tmp_path, hashed):
@@ -120,6 +155,52 @@ def test_sigkill_and_resume_equals_an_uninterrupted_run(tiny_model, tmp_path):
     resumed = read_table(killed / "train_log.parquet", TRAIN_LOG).to_pylist()
     assert [r["step"] for r in resumed] == list(range(1, 7))
     assert comparable(resumed) == comparable(whole)  # exact equality, floats included
+
+
+@pytest.mark.parametrize("behaviour", ["trainer", "engine"])
+def test_first_minibatch_ratio_is_one_at_the_sampling_temperature(tiny_model, tmp_path, hashed,
+                                                                   monkeypatch, behaviour):
+    """At T != 1 the sampler, logp_old and the first update all score softmax(logits / T): the
+    ratio is exactly 1 on the first minibatch (the trainer's own logp_old) or equal up to float
+    noise (the engine's), and logp_old is the T-scaled log-prob of a plain forward pass."""
+    from repro.training import loop
+
+    losses, scored = [], []
+    real_loss, real_logprobs = loop.policy_loss, loop.response_logprobs
+
+    def spy_loss(cfg, mb, norm=None):
+        losses.append((mb.logp.detach().clone(), mb.logp_old.clone(), mb.mask.clone()))
+        return real_loss(cfg, mb, norm)
+
+    def spy_logprobs(model, ids, attn, resp, **kw):
+        out = real_logprobs(model, ids, attn, resp, **kw)
+        scored.append((ids, attn, resp, out[0].detach()))
+        return out
+
+    monkeypatch.setattr(loop, "policy_loss", spy_loss)
+    monkeypatch.setattr(loop, "response_logprobs", spy_logprobs)
+    train(TrainConfig(**small(tiny_model, steps=1, temperature=0.5,
+                              behaviour_logprobs=behaviour)), tmp_path)
+    logp, logp_old, mask = losses[0]  # minibatch 1 of step 1: the policy that sampled
+    diff = (logp - logp_old)[mask].abs().max()
+    assert diff == 0 if behaviour == "trainer" else diff < 1e-4
+
+    ids, attn, resp, old_all = scored[0]  # the loop's logp_old pass over the rollout batch
+    model = load(str(tiny_model))[0].eval()
+    with torch.no_grad():
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, :-1].float()
+    target, sel = ids[:, 1:, None], resp[:, 1:]
+    at_t = torch.log_softmax(logits / 0.5, -1).gather(-1, target)[..., 0][sel]
+    at_1 = torch.log_softmax(logits, -1).gather(-1, target)[..., 0][sel]
+    assert (at_t - old_all[resp]).abs().max() < 1e-4
+    assert (at_1 - old_all[resp]).abs().max() > 1e-2  # T matters: the check can fail
+
+
+def test_truncated_sampling_is_refused_in_training():
+    for key, value in (("top_p", 0.95), ("top_k", 20)):
+        with pytest.raises(ValueError, match=f"TrainConfig.{key} must be"):
+            TrainConfig(model="m", **{key: value})
 
 
 def test_config_errors_name_the_field(tmp_path):

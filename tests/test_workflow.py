@@ -112,6 +112,10 @@ def test_bad_config_key_fails_at_parse_time_naming_it(tmp_path):
     proc = snakemake("-n", "--nolock", "--configfile", str(bad))
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "run.algorithms names ['not_an_algo']" in out, out
+    bad.write_text("models: {tiny: {source: sft, base: nowhere}}\n")
+    proc = snakemake("-n", "--nolock", "--configfile", str(bad))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "models.tiny.base names 'nowhere'" in out, out
 
 
 @pytest.mark.slow
@@ -128,7 +132,7 @@ def test_smoke_preset_end_to_end(tmp_path):
         table = pq.read_table(wd / "results" / "aggregate" / f"{name}.parquet")
         assert table.schema.remove_metadata().equals(schema.remove_metadata()), name
         assert table.num_rows > 0, name
-    for name in ("main", "compute", "mechanism", "ablations", "paper"):
+    for name in ("main", "compute", "mechanism", "ablations", "verdict", "paper"):
         for ext in ("md", "tex"):
             assert (wd / "results" / "tables" / f"{name}.{ext}").stat().st_size > 0
     for fig in ("reward_vs_compute", "entropy_vs_step", "logodds_drift_vs_step",

@@ -151,3 +151,53 @@ def paired_bootstrap(
     extreme = np.abs(replicates - diff) >= abs(diff) - 1e-12
     p_value = (1 + int(extreme.sum())) / (n_boot + 1)
     return {"diff": diff, "lo": float(lo), "hi": float(hi), "p_value": p_value}
+
+
+def paired_seed_bootstrap(
+    a: Any, b: Any, *, seed: int = 0, n_boot: int = 10_000, alpha: float = 0.05
+) -> dict[str, float]:
+    """A vs B paired by seed and problem: diff = mean over seeds of the per-seed paired
+    differences (A and B evaluated at the same seed, on the same problems, with the same
+    sampling seed: common random numbers).
+
+    `a` and `b` are aligned [seeds, problems] score matrices. The differences D = A - B are
+    resampled as `bootstrap_ci` resamples scores (seeds and problems, independently), so the
+    interval covers both seed and problem variation while the pairing cancels what they share.
+    p_value: the centred two-sided rule of `paired_bootstrap`.
+    """
+    _check_boot(n_boot, alpha)
+    x = np.atleast_2d(_as_matrix(a, "paired_seed_bootstrap: a", (1, 2)))
+    y = np.atleast_2d(_as_matrix(b, "paired_seed_bootstrap: b", (1, 2)))
+    if x.shape != y.shape:
+        raise ValueError(f"paired_seed_bootstrap: a and b must be aligned, got {x.shape} and "
+                         f"{y.shape}")
+    d = x - y
+    n_seeds, n_problems = d.shape
+    rng = np.random.default_rng(seed)
+    problem_w = _counts(rng, n_problems, n_boot) / n_problems
+    seed_w = _counts(rng, n_seeds, n_boot) / n_seeds
+    replicates = np.einsum("br,rp,bp->b", seed_w, d, problem_w)
+    diff = float(d.mean())
+    lo, hi = np.quantile(replicates, [alpha / 2, 1 - alpha / 2])
+    extreme = np.abs(replicates - diff) >= abs(diff) - 1e-12
+    p_value = (1 + int(extreme.sum())) / (n_boot + 1)
+    return {"diff": diff, "lo": float(lo), "hi": float(hi), "p_value": p_value,
+            "per_seed": d.mean(axis=1).tolist()}
+
+
+def seed_problem_replicates(
+    d: Any, *, seed: int = 0, n_boot: int = 10_000
+) -> tuple[np.ndarray, np.ndarray]:
+    """(means [m], replicates [n_boot, m]) of m aligned [seeds, problems] matrices d [m, S, P],
+    all resampled with the same seed and problem draws (for statistics across the m, such as a
+    slope over group sizes, whose interval must keep their pairing)."""
+    _check_boot(n_boot, 0.05)
+    stack = np.asarray(d, dtype=np.float64)
+    if stack.ndim != 3 or stack.size == 0:
+        raise ValueError(f"seed_problem_replicates: need a non-empty [m, seeds, problems] array, "
+                         f"got {stack.shape}")
+    _, n_seeds, n_problems = stack.shape
+    rng = np.random.default_rng(seed)
+    problem_w = _counts(rng, n_problems, n_boot) / n_problems
+    seed_w = _counts(rng, n_seeds, n_boot) / n_seeds
+    return stack.mean(axis=(1, 2)), np.einsum("br,mrp,bp->bm", seed_w, stack, problem_w)

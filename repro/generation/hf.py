@@ -74,16 +74,30 @@ class HFEngine:
             result = self.model.generate(**enc, **kwargs)
         new = result.sequences[:, enc["input_ids"].shape[1] :]
         logps = None
-        if return_logprobs:  # model log-probs at temperature 1 (what a trainer recomputes)
+        if return_logprobs:  # log-probs of the sampling policy softmax(logits / T), as the
+            # trainer recomputes them; greedy has no sampling policy, so T = 1 there
+            if sampling.top_p < 1 or sampling.top_k or sampling.min_p:
+                raise ValueError("HFEngine: log-probs of truncated sampling (top_p < 1, top_k, "
+                                 "min_p) are not those of softmax(logits / T); sample untruncated")
             logits = torch.stack(result.logits, dim=1).float()
+            if not greedy:
+                logits = logits / sampling.temperature
             logps = torch.log_softmax(logits, -1).gather(-1, new[..., None])[..., 0]
         comps = [self._completion(new[i], None if logps is None else logps[i]) for i in range(len(new))]
         return [comps[i * sampling.n : (i + 1) * sampling.n] for i in range(len(prompts))]
 
     def _completion(self, ids: torch.Tensor, logp: torch.Tensor | None) -> Completion:
-        eos = (ids == self.tokenizer.eos_token_id).nonzero()
-        if len(eos):
-            end, reason = int(eos[0]) + 1, "stop"  # keep EOS: it is a generated token
+        """Cut at the first EOS (kept: a generated token the policy chose) or the first sampled
+        pad (dropped: pad is a stop token, never text, and not trained on)."""
+        tok = self.tokenizer
+        eos = (ids == tok.eos_token_id).nonzero()
+        pad = (ids == tok.pad_token_id).nonzero() if tok.pad_token_id != tok.eos_token_id else eos
+        first_eos = int(eos[0]) if len(eos) else len(ids)
+        first_pad = int(pad[0]) if len(pad) else len(ids)
+        if first_eos < len(ids) and first_eos <= first_pad:
+            end, reason = first_eos + 1, "stop"  # keep EOS: it is a generated token
+        elif first_pad < len(ids):
+            end, reason = first_pad, "stop"
         else:
             end, reason = len(ids), "length"
         ids = ids[:end]

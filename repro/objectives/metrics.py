@@ -20,6 +20,7 @@ def common_metrics(batch: Minibatch, weights: Tensor, clipped: Tensor) -> dict[s
     w = weights[mask] if weights.dim() == 2 else weights
     ppo_kl = (torch.where(mask, -batch.token_log_ratio(), 0.0)).sum() / n_tok
     return {
+        "s_spread": seq_ratio_spread(batch),
         "clip_frac": float((clipped & mask).sum() / n_tok),
         "ppo_kl": float(ppo_kl),
         "w_min": float(w.min()) if w.numel() else 1.0,
@@ -27,3 +28,15 @@ def common_metrics(batch: Minibatch, weights: Tensor, clipped: Tensor) -> dict[s
         "w_mean": float(w.mean()) if w.numel() else 1.0,
         "neg_weight_frac": float((w < 0).double().mean()) if w.numel() else 0.0,
     }
+
+
+@torch.no_grad()
+def seq_ratio_spread(batch: Minibatch) -> float:
+    """Mean over groups of (max - min) / mean of the sequence ratios s_i within the group.
+
+    The transforms of DFPO act on this spread (they are the identity where all s_i are equal),
+    so it says whether an ablation of the transform can change anything: 0 on the first
+    minibatch of a rollout batch (s = 1 exactly), growing with K and the learning rate."""
+    s = torch.exp(batch.seq_log_ratio().detach().double())
+    groups = batch.groups
+    return float(((groups.max(s) - groups.min(s)) / groups.mean(s)).mean())

@@ -125,6 +125,11 @@ def fmt_delta(diff: float, p: float | None = None) -> str:
     return text if p is None else f"{text} ({fmt_p(p)})"
 
 
+def fmt_paired(diff: float, lo: float, hi: float, p: float, seeds: int) -> str:
+    """A paired Δ with its interval, p and the number of seeds it pairs."""
+    return f"{diff:+.1f} [{lo:+.1f}, {hi:+.1f}] ({fmt_p(p)}, {seeds} seeds)"
+
+
 def fmt_tokens(x: float) -> str:
     """A token count, short: 950, 12.3k, 4.56M, 7.89G."""
     for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):

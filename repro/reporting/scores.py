@@ -1,5 +1,9 @@
 """avg@k estimates and paired comparisons over seeds, from per-seed problem scores.
 
+Every Δ is paired by seed: runs (and the SFT start) of one seed are evaluated with that seed as
+the sampling seed, so A and B share their random numbers and D = A - B per (seed, problem)
+carries only what differs; Δ is the mean of the per-seed paired differences.
+
 Thin adapters from the aggregate's {seed: {problem: avg}} to repro.evaluation.stats (which
 owns every bootstrap): they align problems and seeds, and report in percent.
 """
@@ -11,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from repro.evaluation.stats import bootstrap_ci, paired_bootstrap
+from repro.evaluation.stats import bootstrap_ci, paired_seed_bootstrap
 from repro.reporting.load import SeedScores
 
 
@@ -57,17 +61,18 @@ def estimate(scores: SeedScores) -> Estimate | None:
 
 
 def compare(a: SeedScores, b: SeedScores) -> Comparison | None:
-    """paired_bootstrap of A vs B on per-problem scores averaged over the seeds both have,
-    aligned by problem; None when they share no seed or problem."""
+    """A - B as the mean of per-seed paired differences (same seed, same problems, same
+    sampling seed), with a bootstrap over seeds and problems; only the seeds both have count.
+    None when they share no seed or problem."""
     seeds = sorted(set(a) & set(b))
-    matrix_a, problems_a = score_matrix({s: a[s] for s in seeds})
-    matrix_b, problems_b = score_matrix({s: b[s] for s in seeds})
-    common = sorted(set(problems_a) & set(problems_b))
+    if not seeds:
+        return None
+    common = sorted(set.intersection(*(set(a[s]) & set(b[s]) for s in seeds)))
     if not common:
         return None
-    per_a = _columns(matrix_a, problems_a, common).mean(axis=0)
-    per_b = _columns(matrix_b, problems_b, common).mean(axis=0)
-    test = paired_bootstrap(per_a, per_b)
+    x = np.array([[a[s][p] for p in common] for s in seeds], dtype=float)
+    y = np.array([[b[s][p] for p in common] for s in seeds], dtype=float)
+    test = paired_seed_bootstrap(x, y)
     return Comparison(100 * test["diff"], 100 * test["lo"], 100 * test["hi"], test["p_value"],
                       len(seeds), len(common))
 
@@ -79,8 +84,3 @@ def pool(by_benchmark: Mapping[str, SeedScores]) -> SeedScores:
         for seed, by_problem in scores.items():
             pooled.setdefault(seed, {}).update({f"{bench}/{p}": v for p, v in by_problem.items()})
     return pooled
-
-
-def _columns(matrix: np.ndarray, problems: list[str], keep: list[str]) -> np.ndarray:
-    index = {p: i for i, p in enumerate(problems)}
-    return matrix[:, [index[p] for p in keep]]

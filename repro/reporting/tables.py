@@ -13,6 +13,7 @@ from repro.reporting.render import Table, write_report
 from repro.reporting.tables_eval import ablation_tables, main_table
 from repro.reporting.tables_paper import paper_table
 from repro.reporting.tables_train import compute_table, mechanism_table
+from repro.reporting.verdict import verdict_table
 from repro.results import PAPER_REFERENCE, read_table
 
 TABLES: dict[str, Callable[[Aggregate], list[Table]]] = {
@@ -20,6 +21,7 @@ TABLES: dict[str, Callable[[Aggregate], list[Table]]] = {
     "compute": compute_table,
     "mechanism": mechanism_table,
     "ablations": ablation_tables,
+    "verdict": verdict_table,
 }
 
 

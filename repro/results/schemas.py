@@ -64,10 +64,11 @@ EVAL_PROBLEMS = pa.schema(
 )
 
 # One row per RL step (rollout batch). Metrics of the K updates are averaged over them;
-# timing columns are the only ones a resumed run may change.
+# timing columns are the only ones a resumed run may change. s_spread: within-group relative
+# range of the sequence ratios, averaged over the K updates (the first is 0 by construction).
 TRAIN_LOG_METRICS = (
     "reward_mean", "reward_std", "accuracy", "response_len", "truncated_frac", "entropy",
-    "loss", "clip_frac", "ppo_kl", "w_min", "w_max", "w_mean", "neg_weight_frac",
+    "loss", "clip_frac", "ppo_kl", "w_min", "w_max", "w_mean", "neg_weight_frac", "s_spread",
     "zero_adv_frac", "asym", "residual_full", "freq_energy", "logodds", "logodds_drift",
     "kl_template", "grad_norm", "lr",
 )
@@ -84,7 +85,7 @@ TRAIN_LOG = pa.schema(
         _f("flops_cum", pa.float64()),  # 2 N per generated token + 6 N per trained token
     ]
     + [_f(name, pa.float64()) for name in TRAIN_LOG_METRICS + TRAIN_LOG_TIMING],
-    metadata={"schema_name": "train_log", "schema_version": "1"},
+    metadata={"schema_name": "train_log", "schema_version": "2"},  # 2: s_spread
 )
 
 # Aggregates (`repro aggregate`): the per-job tables concatenated, with the run's keys parsed

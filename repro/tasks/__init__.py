@@ -1,4 +1,5 @@
-"""Deterministic synthetic stand-ins for AIME25, HMMT Feb 2025 and LiveCodeBench.
+"""Deterministic synthetic stand-ins for AIME25, HMMT Feb 2025 and LiveCodeBench, and
+`synth-rule` (synth-aime's add/sub with a wrong-rule SFT bias: the task RL learns on a CPU).
 
 Each task writes rows in its real twin's hub schema (so the same loader turns them into
 `Problem`s and the same graders score them), SFT demonstrations that use two equally correct
@@ -11,10 +12,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from repro.tasks import synth_aime, synth_hmmt, synth_lcb
+from repro.tasks import synth_aime, synth_hmmt, synth_lcb, synth_rule
 from repro.tasks.base import Probe
 
-SYNTHETIC: dict[str, ModuleType] = {m.NAME: m for m in (synth_aime, synth_hmmt, synth_lcb)}
+SYNTHETIC: dict[str, ModuleType] = {m.NAME: m for m in (synth_aime, synth_hmmt, synth_lcb, synth_rule)}
 
 __all__ = [
     "SYNTHETIC", "Probe", "synthetic_demonstrations", "synthetic_probes", "synthetic_rows",

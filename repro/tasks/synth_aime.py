@@ -42,7 +42,7 @@ def _pool() -> tuple[Spec, ...]:
     return tuple(specs)
 
 
-def _solve(spec: Spec) -> tuple[str, str, int]:
+def solve(spec: Spec) -> tuple[str, str, int]:
     """(problem statement, reasoning trace, answer)."""
     if spec.family == "muladd":
         a, b, op, c = spec.params
@@ -61,7 +61,7 @@ class _SynthAime(Task):
         return _pool()
 
     def row(self, spec: Spec) -> dict[str, Any]:
-        problem, _, answer = _solve(spec)
+        problem, _, answer = solve(spec)
         return {
             "problem_idx": spec.index + 1,
             "problem": problem,
@@ -70,10 +70,10 @@ class _SynthAime(Task):
         }
 
     def messages(self, spec: Spec) -> list[dict[str, str]]:
-        return [{"role": "user", "content": math_user_message(_solve(spec)[0], True)}]
+        return [{"role": "user", "content": math_user_message(solve(spec)[0], True)}]
 
     def forms(self, spec: Spec) -> tuple[list[Part], list[Part]]:
-        _, work, answer = _solve(spec)
+        _, work, answer = solve(spec)
         box = [content(str(answer))]
         return math_response(work, box), math_response(work, box, dollars=True)
 

@@ -50,9 +50,9 @@ class TrainConfig:
                   "makes later updates off-policy (s != 1), where DFPO's transforms act."},
     )
     max_new_tokens: int = field(default=64, metadata={"help": "Response budget per sample."})
-    temperature: float = field(default=1.0, metadata={"help": "Rollout sampling temperature."})
-    top_p: float = field(default=1.0, metadata={"help": "Rollout nucleus mass."})
-    top_k: int = field(default=0, metadata={"help": "Rollout top-k (0 = off)."})
+    temperature: float = field(default=1.0, metadata={"help": "Rollout sampling temperature; log-probs use logits / T."})
+    top_p: float = field(default=1.0, metadata={"help": "Rollout nucleus mass: must be 1 (no truncation)."})
+    top_k: int = field(default=0, metadata={"help": "Rollout top-k: must be 0 (off)."})
     behaviour_logprobs: str = field(
         default="trainer",
         metadata={"help": "'trainer': recompute logp_old after the rollout; 'engine': take the "
@@ -111,7 +111,12 @@ class TrainConfig:
              "must be 'trainer' or 'engine'")
         need(self.advantage_scale in SCALES, "advantage_scale", f"must be one of {SCALES}")
         need(self.temperature > 0, "temperature", "must be > 0 (RL samples)")
-        need(0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
+        # Truncated sampling is a different policy from softmax(logits / T), whose log-probs the
+        # trainer computes: ratios and gradients would refer to a policy that did not sample.
+        need(self.top_p == 1, "top_p", "must be 1 in training (truncated sampling is not "
+             "accounted for in the log-probs)")
+        need(self.top_k == 0, "top_k", "must be 0 in training (truncated sampling is not "
+             "accounted for in the log-probs)")
         need(self.lr > 0, "lr", "must be > 0")
         need(self.kl_coef >= 0 and self.grad_clip >= 0 and self.weight_decay >= 0, "kl_coef",
              "kl_coef, grad_clip and weight_decay must be >= 0")

@@ -2,7 +2,7 @@
 
 Per step: P prompts from the compute-matched stream, G samples each (HF engine, KV cache),
 rewards from the evaluator's graders, group advantages, logp_old once per rollout batch (or the
-engine's), then K updates on minibatches of whole groups with `policy_loss` (AdamW, grad-norm
+engine's), all at the sampling temperature (logits / T, as TRL does: the policy that sampled), then K updates on minibatches of whole groups with `policy_loss` (AdamW, grad-norm
 clipping, optional k3 KL). Diagnostics come from c = -dL/dlogp of each update's own loss. One
 Parquet row per step; checkpoints at `checkpoint_every` steps and at budget fractions; with
 `resume=True` a killed run continues from its newest checkpoint and ends bit-identical on CPU.
@@ -39,8 +39,8 @@ from repro.training.logprobs import response_logprobs
 from repro.training.probes import ProbeSet, kl_between
 from repro.training.rollout import PromptStream, Rewarder, rollout
 
-MEAN_KEYS = ("loss", "clip_frac", "ppo_kl", "w_mean", "neg_weight_frac", "asym", "residual_full",
-             "freq_energy", "grad_norm")
+MEAN_KEYS = ("loss", "clip_frac", "ppo_kl", "w_mean", "neg_weight_frac", "s_spread", "asym",
+             "residual_full", "freq_energy", "grad_norm")
 
 
 def train(
@@ -144,8 +144,10 @@ def train_step(cfg, step, model, tok, ref, opt, loss_cfg, stream, rewarder, engi
     model.train()
     args = (batch.input_ids, batch.attention_mask, batch.response_mask)
     with torch.no_grad():  # once per rollout batch: the behaviour policy (and its entropy)
-        logp_old, entropy = response_logprobs(model, *args, chunk_size=cfg.logprob_chunk)
-        ref_logp = None if ref is None else response_logprobs(ref, *args, with_entropy=False)[0]
+        logp_old, entropy = response_logprobs(model, *args, chunk_size=cfg.logprob_chunk,
+                                              temperature=cfg.temperature)
+        ref_logp = None if ref is None else response_logprobs(
+            ref, *args, temperature=cfg.temperature, with_entropy=False)[0]
     if batch.engine_logp is not None:
         logp_old = batch.engine_logp
     adv, adv_info = group_advantages(batch.reward, batch.group, AdvantageConfig(cfg.advantage_scale))
@@ -159,7 +161,7 @@ def train_step(cfg, step, model, tok, ref, opt, loss_cfg, stream, rewarder, engi
         width = int(batch.attention_mask[rows].sum(-1).max())
         ids, attn, resp = (t[rows, :width] for t in args)
         logp, _ = response_logprobs(model, ids, attn, resp, chunk_size=cfg.logprob_chunk,
-                                    with_entropy=False)
+                                    temperature=cfg.temperature, with_entropy=False)
         loss, metrics = loss_and_diagnostics(
             loss_cfg, logp, logp_old[rows, :width], resp, adv[rows], batch.group[rows], ids,
             len(tok), ref_logp=None if ref_logp is None else ref_logp[rows, :width],
