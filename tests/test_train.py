@@ -163,10 +163,11 @@ def test_first_minibatch_ratio_is_one_at_the_sampling_temperature(tiny_model, tm
     """At T != 1 the sampler, logp_old and the first update all score softmax(logits / T): the
     ratio is exactly 1 on the first minibatch (the trainer's own logp_old) or equal up to float
     noise (the engine's), and logp_old is the T-scaled log-prob of a plain forward pass."""
+    from repro.engines import core
     from repro.training import loop
 
     losses, scored = [], []
-    real_loss, real_logprobs = loop.policy_loss, loop.response_logprobs
+    real_loss, real_logprobs = core.policy_loss, loop.response_logprobs
 
     def spy_loss(cfg, mb, norm=None):
         losses.append((mb.logp.detach().clone(), mb.logp_old.clone(), mb.mask.clone()))
@@ -177,7 +178,7 @@ def test_first_minibatch_ratio_is_one_at_the_sampling_temperature(tiny_model, tm
         scored.append((ids, attn, resp, out[0].detach()))
         return out
 
-    monkeypatch.setattr(loop, "policy_loss", spy_loss)
+    monkeypatch.setattr(core, "policy_loss", spy_loss)  # the loss every engine calls
     monkeypatch.setattr(loop, "response_logprobs", spy_logprobs)
     train(TrainConfig(**small(tiny_model, steps=1, temperature=0.5,
                               behaviour_logprobs=behaviour)), tmp_path)
