@@ -20,6 +20,7 @@ from repro.evaluation.stats import bootstrap_ci, pass_at_k
 from repro.generation.base import Completion, SamplingConfig
 from repro.graders.base import GRADER_VERSION, NO_ANSWER, Grade
 from repro.results import EVAL_PROBLEMS, EVAL_SAMPLES, write_table
+from repro.results.manifest import write_manifest
 
 
 @dataclass
@@ -108,6 +109,7 @@ def run_eval(cfg: EvalConfig, engine: Any | None = None) -> dict[str, Path]:
     paths = {"samples": cfg.out / "samples.parquet", "problems": cfg.out / "problems.parquet"}
     write_table(sample_rows, EVAL_SAMPLES, paths["samples"], config=config)
     write_table(problem_rows, EVAL_PROBLEMS, paths["problems"], config=config)
+    write_manifest(cfg.out, [p.name for p in paths.values()], {"benchmark": spec.name})
     mean, lo, hi = bootstrap_ci([r["avg"] for r in problem_rows])
     print(f"{spec.name}: avg@{sampling.n} = {mean:.4f} (95% CI {lo:.4f}..{hi:.4f}, "
           f"bootstrap over {len(problem_rows)} problems) -> {cfg.out}")
