@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from repro.benchmarks import build_messages, get_benchmark, load_problems
 from repro.benchmarks.problem import Problem
+from repro.evaluation.cache import GenerationCache
 from repro.evaluation.stats import bootstrap_ci, pass_at_k
 from repro.generation.base import Completion, SamplingConfig
 from repro.graders.base import GRADER_VERSION, NO_ANSWER, Grade
@@ -91,8 +92,17 @@ def run_eval(cfg: EvalConfig, engine: Any | None = None) -> dict[str, Path]:
     prompts = [render(tokenizer, build_messages(spec, p)) for p in problems]
     completions: list[list[Completion]] = []
     chunk = max(1, cfg.batch_size)
+    cache = GenerationCache(cfg.out, cfg.model, engine.name, sampling.as_record())
+    if cache.resumed:
+        print(f"repro eval: resuming {cfg.benchmark}: {cache.resumed} finished batch(es) in "
+              f"{cache.path}")
     for start in tqdm(range(0, len(prompts), chunk), desc=f"generate {cfg.benchmark}", unit="batch"):
-        completions.extend(engine.generate(prompts[start : start + chunk], sampling))
+        batch = prompts[start : start + chunk]
+        rows = cache.get(start, batch)
+        if rows is None:
+            rows = engine.generate(batch, sampling)
+            cache.put(start, batch, rows)
+        completions.extend(rows)
     flat = [(p, c.text) for p, row in zip(problems, completions) for c in row]
     grades = grader.grade_many(flat)
     if hasattr(grader, "close"):
@@ -110,6 +120,7 @@ def run_eval(cfg: EvalConfig, engine: Any | None = None) -> dict[str, Path]:
     write_table(sample_rows, EVAL_SAMPLES, paths["samples"], config=config)
     write_table(problem_rows, EVAL_PROBLEMS, paths["problems"], config=config)
     write_manifest(cfg.out, [p.name for p in paths.values()], {"benchmark": spec.name})
+    cache.remove()
     mean, lo, hi = bootstrap_ci([r["avg"] for r in problem_rows])
     print(f"{spec.name}: avg@{sampling.n} = {mean:.4f} (95% CI {lo:.4f}..{hi:.4f}, "
           f"bootstrap over {len(problem_rows)} problems) -> {cfg.out}")
