@@ -2,7 +2,10 @@
 
 Two files per run under --out: `samples.parquet` (one row per completion) and
 `problems.parquet` (one row per problem: c of n, avg, pass@k), both with full provenance
-(model, checkpoint, benchmark, revision hash, k, sampling, engine, grader version, sandbox mode).
+(model, checkpoint, benchmark, revision hash, k, sampling, engine, grader version, sandbox mode),
+and a `manifest.json` written last (checksums, rows). A local model folder is verified against
+its run's manifest first; finished generation batches are cached (`cache`), so a killed
+evaluation resumes without regenerating them.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from repro.evaluation.stats import bootstrap_ci, pass_at_k
 from repro.generation.base import Completion, SamplingConfig
 from repro.graders.base import GRADER_VERSION, NO_ANSWER, Grade
 from repro.results import EVAL_PROBLEMS, EVAL_SAMPLES, write_table
-from repro.results.manifest import write_manifest
+from repro.results.manifest import check_tree, write_manifest
 
 
 @dataclass
@@ -86,6 +89,8 @@ def run_eval(cfg: EvalConfig, engine: Any | None = None) -> dict[str, Path]:
     if engine is None:
         from repro.generation.factory import make_engine
 
+        check_tree(cfg.model)  # a damaged exported policy: refuse before generating
+
         engine = make_engine(cfg.model, cfg.engine, batch_size=cfg.batch_size, seed=cfg.seed)
     grader, sandbox_mode = make_grader(spec, cfg)  # refuse early: before spending generation time
     tokenizer = getattr(engine, "tokenizer", None)
@@ -134,6 +139,7 @@ def run_eval_suite(cfg: EvalConfig, benchmarks: list[str], split: bool) -> list[
         raise ValueError(f"{len(benchmarks)} benchmarks need one folder each: pass --split")
     from repro.generation.factory import make_engine
 
+    check_tree(cfg.model)  # a damaged exported policy: refuse before generating
     engine = make_engine(cfg.model, cfg.engine, batch_size=cfg.batch_size, seed=cfg.seed)
     return [
         run_eval(dataclasses.replace(cfg, benchmark=name,

@@ -115,6 +115,14 @@ def check_inputs(paths: Iterable[Path]) -> None:
                              "wrote it (snakemake moves it aside and does so)")
 
 
+def check_tree(folder: str | Path) -> None:
+    """`check_inputs` over every file of a local folder (e.g. an exported policy, which the
+    run's manifest two levels up lists); a hub id or a missing path is left to its loader."""
+    folder = Path(folder)
+    if folder.is_dir():
+        check_inputs(sorted(p for p in folder.rglob("*") if p.is_file()))
+
+
 def quarantine(paths: Iterable[str | Path], cache_file: Path | None = None) -> list[str]:
     """Move each existing output that fails verification to NAME.corrupt; one line per file
     (returned). `cache_file` keeps (size, mtime_ns, sha256) of files that verified, so an
