@@ -242,11 +242,13 @@ def write_yaml(path: str, data: dict) -> None:
 
 
 def verified_outputs() -> list[str]:
-    """Outputs whose bytes are checked against their job's manifest before the DAG is built."""
+    """Outputs checked before the DAG is built: against their job's manifest, or (theory, paper
+    reference: no manifest) by reading their Parquet footer."""
     problems = eval_problems()
     return (train_logs() + problems + [p.replace("problems.parquet", "samples.parquet")
                                        for p in problems]
-            + expand("results/aggregate/{name}.parquet", name=AGGREGATES))
+            + expand("results/aggregate/{name}.parquet", name=AGGREGATES)
+            + ["results/theory/theory.parquet", "results/paper/reference.parquet"])
 
 
 # A damaged output (truncated, garbage, torn copy) is moved aside to NAME.corrupt here, with one
