@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-
 _STORAGE = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.EIO: "I/O error",
             errno.EFBIG: "file too large", errno.EROFS: "read-only file system"}
 

@@ -36,7 +36,8 @@ def our_harnesses() -> list[int]:
                 continue
             pid = int(entry.name)
             while pid > 1:
-                pid = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                stat = (Path("/proc") / str(pid) / "stat").read_text()
+                pid = int(stat.rsplit(")", 1)[1].split()[1])  # the parent's pid
                 if pid == me:
                     found.append(int(entry.name))
                     break

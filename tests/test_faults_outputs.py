@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from test_reporting import write_eval, write_train
 from typer.testing import CliRunner
 
 from repro.atomic import WriteFailed
@@ -24,7 +25,6 @@ from repro.results import TRAIN_LOG, read_table, write_table
 from repro.results import manifest as mf
 from repro.training.checkpoint import STATE_FILE, write_checksums
 from repro.training.export import export_run
-from test_reporting import write_eval, write_train
 
 ROOT = Path(__file__).resolve().parents[1]
 AGG_NAMES = ("train_curves.parquet", "runs.parquet", "eval_problems.parquet",
@@ -97,7 +97,8 @@ def test_aggregate_checks_every_input_first_and_keeps_the_previous_one(tmp_path)
 def test_tables_refuse_a_damaged_aggregate(tmp_path):
     files = [recorded_run(tmp_path), recorded_eval(tmp_path)]
     out = tmp_path / "aggregate"
-    assert CliRunner().invoke(app, ["aggregate", "--out", str(out), *map(str, files)]).exit_code == 0
+    args = ["aggregate", "--out", str(out), *map(str, files)]
+    assert CliRunner().invoke(app, args).exit_code == 0
     runs = out / "runs.parquet"
     runs.write_bytes(runs.read_bytes()[:-8])
     result = CliRunner().invoke(app, ["tables", "--aggregate", str(out),
@@ -195,13 +196,13 @@ def test_export_checks_checkpoints_and_survives_a_full_disk(tmp_path, monkeypatc
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(shutil, "copytree", full)
-    with pytest.raises(WriteFailed, match="policy/frac=1.0: disk full"):
+    with pytest.raises(WriteFailed, match=r"policy/frac=1\.0: disk full"):
         export_run(scratch, dest)
     monkeypatch.undo()
     assert {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before
     weights = scratch / "checkpoints" / "step_000001" / "policy" / "model.safetensors"
     weights.write_bytes(b"garbage")
-    with pytest.raises(ValueError, match="step_000001: checkpoint of budget fraction 1.0 fails"):
+    with pytest.raises(ValueError, match=r"step_000001: checkpoint of budget fraction 1\.0 fails"):
         export_run(scratch, dest)
     assert {p: p.read_bytes() for p in dest.rglob("*") if p.is_file()} == before
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from train_helpers import comparable, hashed_rewards
 
 from repro.atomic import WriteFailed
 from repro.models import TinyModelConfig, build_tiny
@@ -18,7 +19,6 @@ from repro.training import checkpoint, rollout
 from repro.training.checkpoint import latest_checkpoint, verify_checkpoint
 from repro.training.config import TrainConfig
 from repro.training.loop import train
-from train_helpers import comparable, hashed_rewards
 
 
 @pytest.fixture(scope="module")

@@ -304,7 +304,8 @@ def test_ipv6_network_attempts_fail(sandbox, marker):
     port = listener.getsockname()[1]
     code = (f"import socket\nfor addr in [('::1', {port}), ('2606:4700:4700::1111', 53)]:\n"
             "    try:\n        socket.create_connection(addr, timeout=2)\n"
-            "        print('CONNECTED')\n    except OSError as e:\n        print('blocked', e.errno)")
+            "        print('CONNECTED')\n    except OSError as e:\n"
+            "        print('blocked', e.errno)")
     result = run_py(sandbox, code, marker)
     with listener, pytest.raises(TimeoutError):
         listener.accept()
@@ -325,7 +326,8 @@ def test_unix_socket_attempts_fail(sandbox, host_dir, marker):
     abstract.settimeout(0.3)
     code = (f"import socket\nfor addr in ['{path}', '\\0{marker}']:\n    try:\n"
             "        s = socket.socket(socket.AF_UNIX)\n        s.connect(addr)\n"
-            "        print('CONNECTED')\n    except OSError as e:\n        print('blocked', e.errno)\n"
+            "        print('CONNECTED')\n    except OSError as e:\n"
+            "        print('blocked', e.errno)\n"
             "a, b = socket.socketpair()\na.send(b'ok')\nprint(b.recv(2))")
     result = run_py(sandbox, code, marker)
     for listener in (server, abstract):

@@ -140,8 +140,8 @@ def test_smoke_preset_end_to_end(tmp_path):
     log = sorted((wd / "results" / "runs").rglob("train_log.parquet"))[0]
     log.write_bytes(log.read_bytes()[:-100])  # damaged after its job finished
     out = ok(snakemake("-n", "--cores", "2", *SMOKE, cwd=wd), wd)
-    assert [line for line in out.splitlines() if "fails verification" in line][0].count(str(
-        log.relative_to(wd))) == 1
+    said = [line for line in out.splitlines() if "fails verification" in line]
+    assert len(said) == 1 and str(log.relative_to(wd)) in said[0], said
     planned = jobs_planned(out)
     assert planned.get("train") == 1 and "sft" not in planned, planned
 

@@ -24,7 +24,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from repro.reporting.study import Study
-from repro.results.manifest import check_inputs, write_manifest
 from repro.results import (
     AGG_EVAL_PROBLEMS,
     AGG_EVAL_SAMPLES,
@@ -37,6 +36,7 @@ from repro.results import (
     write_arrow,
     write_table,
 )
+from repro.results.manifest import check_inputs, write_manifest
 
 TRAIN_FILE = "train_log.parquet"  # per-job inputs
 PROBLEMS_FILE = "problems.parquet"

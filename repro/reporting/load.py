@@ -13,8 +13,8 @@ import pyarrow as pa
 
 from repro.reporting.aggregate import CURVES_OUT, PROBLEMS_OUT, RUNS_OUT
 from repro.reporting.study import Study
-from repro.results.manifest import check_inputs
 from repro.results import AGG_EVAL_PROBLEMS, AGG_RUNS, AGG_TRAIN_CURVES, read_table
+from repro.results.manifest import check_inputs
 
 RunKey = tuple[str, str, int, int]  # model, algo, group_size, seed
 EvalKey = tuple[str, str, int | None, float, str]  # model, algo, group_size, frac, benchmark

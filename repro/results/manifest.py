@@ -81,21 +81,22 @@ def verify_file(path: Path, *, known_good: Mapping[str, Any] | None = None) -> s
     if not path.is_file():
         return "missing"
     found = _listed(path)
+    if found is None and path.suffix == ".parquet":
+        try:
+            pq.read_metadata(path)
+        except Exception as exc:  # pyarrow raises several types for a bad footer
+            return f"unreadable Parquet ({str(exc).splitlines()[0][:120]})"
+        return None
     if found is None:
-        if path.suffix == ".parquet":
-            try:
-                pq.read_metadata(path)
-            except Exception as exc:  # pyarrow raises several types for a bad footer
-                return f"unreadable Parquet ({str(exc).splitlines()[0][:120]})"
         return None
     manifest, want = found
     stat = path.stat()
     if stat.st_size != want["bytes"]:
         return f"{stat.st_size} bytes, {want['bytes']} recorded in {manifest}"
-    seen = (known_good or {}).get(str(path))
-    if seen != [stat.st_size, stat.st_mtime_ns, want["sha256"]]:
-        if sha256_of(path) != want["sha256"]:
-            return f"sha256 differs from the one recorded in {manifest}"
+    unchanged = (known_good or {}).get(str(path)) == [stat.st_size, stat.st_mtime_ns,
+                                                      want["sha256"]]
+    if not unchanged and sha256_of(path) != want["sha256"]:
+        return f"sha256 differs from the one recorded in {manifest}"
     if "rows" in want:
         try:
             rows = pq.read_metadata(path).num_rows

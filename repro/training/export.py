@@ -52,8 +52,8 @@ def export_run(scratch: Path, dest: Path) -> Path:
         policy = scratch / "checkpoints" / f"step_{step:06d}" / "policy"
         atomic_dir(dest / "policy" / f"frac={label}",
                    lambda tmp, src=policy: shutil.copytree(src, tmp, dirs_exist_ok=True))
-    files = ["train_log.parquet"] + sorted(
+    files = ["train_log.parquet", *sorted(
         str(p.relative_to(dest)) for label in manifest["fraction_steps"]
-        for p in (dest / "policy" / f"frac={label}").rglob("*") if p.is_file())
+        for p in (dest / "policy" / f"frac={label}").rglob("*") if p.is_file())]
     record_outputs(dest, files, manifest | {"scratch": str(scratch)})
     return dest
