@@ -1,5 +1,5 @@
-"""`python -m repro` runs the same Typer app as the `repro` console script."""
+"""`python -m repro` runs the same entry point as the `repro` console script."""
 
-from repro.cli import app
+from repro.cli import main
 
-app()
+main()

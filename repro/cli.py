@@ -5,10 +5,13 @@ The CLI only parses options and dispatches; the work lives in the modules it cal
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from repro.atomic import WriteFailed
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
@@ -257,3 +260,12 @@ def _register_reporting() -> None:
 
 
 _register_reporting()
+
+
+def main() -> None:
+    """The console entry: a full disk (or another storage failure) while writing a result is
+    one line naming the file, not a traceback; the previous version of the file is intact."""
+    try:
+        app()
+    except WriteFailed as err:
+        sys.exit(f"repro: {err.strerror}")

@@ -1,5 +1,8 @@
 # One aggregate per study: every run's step log and every evaluation, concatenated with their
 # keys, plus the study settings the tables need (stored in the Parquet metadata).
+# The outputs are flagged update(): Snakemake neither deletes them before the job nor after a
+# failure (it backs them up and restores them), so the committed aggregate survives a failing
+# run; `repro aggregate` itself checks every input first and swaps the new files in together.
 
 
 rule aggregate:
@@ -7,7 +10,7 @@ rule aggregate:
         train_logs=train_logs(),
         eval_problems=eval_problems(),
     output:
-        expand("results/aggregate/{name}.parquet", name=AGGREGATES),
+        update(expand("results/aggregate/{name}.parquet", name=AGGREGATES)),
     log:
         "logs/aggregate/aggregate.log",
     params:

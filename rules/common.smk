@@ -3,10 +3,12 @@ import hashlib
 import json
 import re
 import shlex
+import sys
 from pathlib import Path
 
 from snakemake.utils import validate
 
+from repro.results.manifest import quarantine
 from repro.training.export import frac_label  # the trainer's spelling of policy/frac=F
 
 
@@ -330,6 +332,23 @@ def write_yaml(path: str, data: dict) -> None:
 
     text = yaml.safe_dump(data, sort_keys=True)
     atomic_file(Path(path), lambda tmp: tmp.write_text(text))
+
+
+def verified_outputs() -> list[str]:
+    """Outputs checked before the DAG is built: against their job's manifest, or (theory, paper
+    reference: no manifest) by reading their Parquet footer."""
+    problems = eval_problems()
+    return (train_logs() + problems + [p.replace("problems.parquet", "samples.parquet")
+                                       for p in problems]
+            + expand("results/aggregate/{name}.parquet", name=AGGREGATES)
+            + ["results/theory/theory.parquet", "results/paper/reference.parquet"])
+
+
+# A damaged output (truncated, garbage, torn copy) is moved aside to NAME.corrupt here, with one
+# line saying why, so Snakemake sees it missing and reruns exactly the job that wrote it and the
+# jobs downstream. Unchanged files that verified before are not hashed again (stat cache).
+for line in quarantine(verified_outputs(), Path(".snakemake") / "repro-verified.json"):
+    print(line, file=sys.stderr)
 
 
 def final_targets() -> list[str]:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import math
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from repro.benchmarks.problem import Problem
-from repro.graders.base import GRADER_TIMEOUT, NO_ANSWER, PASS, WRONG_ANSWER
+from repro.graders import math as math_grader
+from repro.graders.base import GRADER_ERROR, GRADER_TIMEOUT, NO_ANSWER, PASS, WRONG_ANSWER
 from repro.graders.math import MathGrader, last_boxed, strip_reasoning
 
 TWO_ROOTS = r"\frac{-1+\sqrt{17}}{2}, \frac{-1-\sqrt{17}}{2}"
@@ -204,3 +206,39 @@ def test_worker_that_died_while_idle_is_replaced() -> None:
         dead.wait()
         assert verdict(g, "2", r"\boxed{\sqrt{4}}") == PASS
         assert g._workers[0].process.pid != dead.pid
+
+
+def test_worker_killed_mid_grading_is_replaced_and_the_sample_regraded() -> None:
+    """SIGKILL from outside while a sample is being graded: a new worker grades it again."""
+    with MathGrader(timeout=TIMEOUT) as g:
+        assert verdict(g, "2", r"\boxed{\sqrt{4}}") == PASS
+        victim = g._workers[0].process
+        os.kill(victim.pid, signal.SIGSTOP)  # it receives the sample but cannot answer...
+
+        def kill_when_busy() -> None:
+            while g._workers[0].job is None:
+                time.sleep(0.005)
+            os.kill(victim.pid, signal.SIGKILL)  # ...and is killed while holding it
+
+        killer = threading.Thread(target=kill_when_busy)
+        killer.start()
+        grade = g.grade(problem("2"), r"\boxed{\sqrt{4}}")
+        killer.join()
+        assert grade.verdict == PASS, grade
+        assert g._workers[0].process.pid != victim.pid
+
+
+DYING_WORKER = (  # answers "ready", then dies by SIGKILL on its first sample
+    "import os, signal; from multiprocessing.connection import Connection; "
+    "c = Connection({fd}); c.send(('ready', None)); c.recv(); "
+    "os.kill(os.getpid(), signal.SIGKILL)"
+)
+
+
+def test_sample_whose_workers_keep_dying_is_a_grader_error(monkeypatch) -> None:
+    monkeypatch.setattr(math_grader, "_WORKER_CODE", DYING_WORKER + " # {timeout}")
+    with MathGrader(timeout=TIMEOUT, workers=2) as g:
+        grades = g.grade_many([(problem("2"), r"\boxed{\sqrt{4}}"), (problem("7"), r"\boxed{7}"),
+                               (problem("1/2"), r"\boxed{0.5}")])
+    assert [x.verdict for x in grades] == [GRADER_ERROR, PASS, GRADER_ERROR]
+    assert "died 2 times" in grades[0].reason and "-9" in grades[0].reason

@@ -14,77 +14,29 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from repro.benchmarks.problem import CodeTests
 from repro.graders.base import PASS, RUNTIME_ERROR, TIME_LIMIT
 from repro.graders.code import CodeGrader
-from repro.sandbox import HOWTO, Sandbox, SandboxConfig, SandboxResult, SandboxUnavailable
+from repro.sandbox import HOWTO, Sandbox, SandboxConfig, SandboxUnavailable
 
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None,
-                                reason="bubblewrap is not installed (apt-get install bubblewrap)")
-SQUARE = CodeTests(("3\n", "4\n"), ("9\n", "16\n"))
-HEALTHY = "print(int(input()) ** 2)"
+pytest.register_assert_rewrite("sandbox_fixtures")  # its checks are asserts too
+from sandbox_fixtures import (  # noqa: E402
+    HEALTHY,
+    REQUIRES_BWRAP,
+    SQUARE,
+    assert_clean,
+    assert_healthy,
+    run_py,
+)
 
-
-@pytest.fixture(scope="module")
-def sandbox() -> Sandbox:
-    box = Sandbox()
-    box.check()
-    return box
-
-
-@pytest.fixture(scope="module")
-def grader(sandbox: Sandbox) -> CodeGrader:
-    return CodeGrader(sandbox, timeout_per_test=2)
+pytest_plugins = ["sandbox_fixtures"]  # the fixtures: sandbox, grader, marker, host_dir
+pytestmark = REQUIRES_BWRAP
 
 
-@pytest.fixture
-def marker() -> str:
-    return f"hostile_{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-def host_dir() -> Iterator[Path]:
-    """A host directory outside /tmp (the sandbox's /tmp is private), world-writable on purpose."""
-    path = Path(tempfile.mkdtemp(prefix="repro-hostile-", dir="/var/tmp"))
-    path.chmod(0o777)
-    (path / "keep.txt").write_text("precious")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def run_py(box: Sandbox, code: str, marker: str, timeout: float = 5.0) -> SandboxResult:
-    return box.run([box.config.python, "-I", "-S", "-c", f"# {marker}\n{code}"], timeout=timeout)
-
-
-def leftovers(marker: str) -> list[int]:
-    """Host pids whose command line carries the marker (sandbox processes of this case)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if marker.encode() in (proc / "cmdline").read_bytes():
-                    found.append(int(proc.name))
-            except OSError:
-                continue
-    return found
-
-
-def assert_clean(marker: str) -> None:
-    assert leftovers(marker) == []
-    pids = Path("/sys/fs/cgroup/pids")
-    if pids.is_dir():
-        assert not list(pids.glob(f"repro-sbx-{os.getpid()}-*")), "a per-run cgroup was left"
-
-
-def assert_healthy(grader: CodeGrader) -> None:
-    assert grader.run(HEALTHY, SQUARE).grade.verdict == PASS
-
-
+@pytest.mark.hostile
 def test_fork_bomb_is_contained(sandbox: Sandbox, grader: CodeGrader, marker: str) -> None:
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     start = time.monotonic()
@@ -95,6 +47,7 @@ def test_fork_bomb_is_contained(sandbox: Sandbox, grader: CodeGrader, marker: st
     assert_healthy(grader)
 
 
+@pytest.mark.hostile
 def test_process_count_is_capped(sandbox: Sandbox, marker: str) -> None:
     code = ("import os, time\nn = 0\nwhile n < 1000:\n    try:\n        pid = os.fork()\n"
             "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(60)\n"
@@ -106,6 +59,7 @@ def test_process_count_is_capped(sandbox: Sandbox, marker: str) -> None:
     assert_clean(marker)  # the sleepers died with the pid namespace
 
 
+@pytest.mark.hostile
 def test_memory_of_all_processes_together_is_capped(marker: str) -> None:
     """RLIMIT_AS is per process; the memory cgroup bounds the forks together."""
     box = Sandbox(SandboxConfig(memory_bytes=256 * 2**20))
@@ -121,6 +75,7 @@ def test_memory_of_all_processes_together_is_capped(marker: str) -> None:
     assert_clean(marker)
 
 
+@pytest.mark.hostile
 def test_setsid_children_die_with_the_sandbox(
     sandbox: Sandbox, grader: CodeGrader, marker: str
 ) -> None:
@@ -133,6 +88,7 @@ def test_setsid_children_die_with_the_sandbox(
     assert_healthy(grader)
 
 
+@pytest.mark.hostile
 def test_setsid_children_are_swept_by_the_cgroup_in_unsafe_mode(marker: str) -> None:
     box = Sandbox(SandboxConfig(mode="unsafe"))
     if box.info()["cgroup"] is None:
@@ -144,6 +100,7 @@ def test_setsid_children_are_swept_by_the_cgroup_in_unsafe_mode(marker: str) -> 
     assert_clean(marker)
 
 
+@pytest.mark.hostile
 def test_busy_loop_is_a_time_limit(sandbox: Sandbox, grader: CodeGrader, marker: str) -> None:
     result = run_py(sandbox, "while True:\n    pass", marker, timeout=2)
     assert result.timed_out and 2 <= result.wall_s < 5
@@ -153,6 +110,7 @@ def test_busy_loop_is_a_time_limit(sandbox: Sandbox, grader: CodeGrader, marker:
     assert_healthy(grader)
 
 
+@pytest.mark.hostile
 def test_memory_hog_is_contained(sandbox: Sandbox, grader: CodeGrader, marker: str) -> None:
     result = run_py(sandbox, "x = bytearray(16 * 2**30)", marker)  # over the 8 GiB RLIMIT_AS
     assert result.returncode == 1 and b"MemoryError" in result.stderr
@@ -166,6 +124,7 @@ def test_memory_hog_is_contained(sandbox: Sandbox, grader: CodeGrader, marker: s
     assert_healthy(grader)
 
 
+@pytest.mark.hostile
 def test_output_flood_is_capped(sandbox: Sandbox, grader: CodeGrader, marker: str) -> None:
     flood = "import os\nwhile True:\n    os.write(1, b'x' * 65536)"
     result = run_py(sandbox, flood, marker, timeout=2)
@@ -177,6 +136,7 @@ def test_output_flood_is_capped(sandbox: Sandbox, grader: CodeGrader, marker: st
     assert_healthy(grader)
 
 
+@pytest.mark.hostile
 def test_outbound_network_fails(sandbox: Sandbox, marker: str) -> None:
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(0.5)
@@ -195,6 +155,7 @@ def test_outbound_network_fails(sandbox: Sandbox, marker: str) -> None:
     assert "CONNECTED" not in out and "RESOLVED" not in out
 
 
+@pytest.mark.hostile
 def test_cannot_write_outside_tmp(sandbox: Sandbox, host_dir: Path, marker: str) -> None:
     targets = [host_dir / marker, Path.cwd() / marker, Path("/root") / marker,
                Path("/var/tmp") / marker, Path("/etc") / marker, Path("/dev") / marker]
@@ -216,6 +177,7 @@ def test_cannot_write_outside_tmp(sandbox: Sandbox, host_dir: Path, marker: str)
     assert not Path("/tmp/scratch").exists()
 
 
+@pytest.mark.hostile
 def test_host_secrets_are_out_of_reach(
     sandbox: Sandbox, host_dir: Path, marker: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -242,6 +204,7 @@ def test_host_secrets_are_out_of_reach(
     assert out.count("denied") == 3 and "[] []" in out, out
 
 
+@pytest.mark.hostile
 def test_killing_the_parent_hurts_nobody_outside(
     sandbox: Sandbox, grader: CodeGrader, marker: str
 ) -> None:
@@ -267,6 +230,7 @@ def test_killing_the_parent_hurts_nobody_outside(
     assert_healthy(grader)
 
 
+@pytest.mark.hostile
 def test_deleting_files_fails(sandbox: Sandbox, host_dir: Path, marker: str) -> None:
     code = (f"import shutil, subprocess\nsubprocess.run(['rm', '-rf', '{host_dir}'])\n"
             f"shutil.rmtree('{host_dir}', ignore_errors=True)\n"
@@ -277,6 +241,7 @@ def test_deleting_files_fails(sandbox: Sandbox, host_dir: Path, marker: str) -> 
     assert Path("/usr/bin/env").exists()
 
 
+@pytest.mark.hostile
 def test_huge_recursion_is_contained(grader: CodeGrader) -> None:
     python_level = "def f(n):\n    return f(n + 1) + 1\nprint(f(0))"
     grade = grader.run(python_level, SQUARE).grade

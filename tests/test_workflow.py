@@ -143,6 +143,14 @@ def test_smoke_preset_end_to_end(tmp_path):
 
     assert jobs_planned(ok(snakemake("-n", "--cores", "2", *SMOKE, cwd=wd), wd)) == {}
 
+    log = sorted((wd / "results" / "runs").rglob("train_log.parquet"))[0]
+    log.write_bytes(log.read_bytes()[:-100])  # damaged after its job finished
+    out = ok(snakemake("-n", "--cores", "2", *SMOKE, cwd=wd), wd)
+    said = [line for line in out.splitlines() if "fails verification" in line]
+    assert len(said) == 1 and str(log.relative_to(wd)) in said[0], said
+    planned = jobs_planned(out)
+    assert planned.get("train") == 1 and "sft" not in planned, planned
+
     gspo = wd / "repro" / "objectives" / "gspo.py"
     gspo.write_text(gspo.read_text() + "\n# an edit of the objectives code\n")
     planned = jobs_planned(ok(snakemake("-n", "--cores", "2", *SMOKE, cwd=wd), wd))

@@ -2,7 +2,10 @@
 
 Two files per run under --out: `samples.parquet` (one row per completion) and
 `problems.parquet` (one row per problem: c of n, avg, pass@k), both with full provenance
-(model, checkpoint, benchmark, revision hash, k, sampling, engine, grader version, sandbox mode).
+(model, checkpoint, benchmark, revision hash, k, sampling, engine, grader version, sandbox mode),
+and a `manifest.json` written last (checksums, rows). A local model folder is verified against
+its run's manifest first; finished generation batches are cached (`cache`), so a killed
+evaluation resumes without regenerating them.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from tqdm import tqdm
 
 from repro.benchmarks import build_messages, get_benchmark, load_problems
 from repro.benchmarks.problem import Problem
+from repro.evaluation.cache import GenerationCache
 from repro.evaluation.stats import bootstrap_ci, pass_at_k
 from repro.generation.base import Completion, SamplingConfig
 from repro.graders.base import GRADER_VERSION, NO_ANSWER, Grade
 from repro.results import EVAL_PROBLEMS, EVAL_SAMPLES, write_table
+from repro.results.manifest import check_tree, write_manifest
 
 
 @dataclass
@@ -84,14 +89,25 @@ def run_eval(cfg: EvalConfig, engine: Any | None = None) -> dict[str, Path]:
     if engine is None:
         from repro.generation.factory import make_engine
 
+        check_tree(cfg.model)  # a damaged exported policy: refuse before generating
+
         engine = make_engine(cfg.model, cfg.engine, batch_size=cfg.batch_size, seed=cfg.seed)
     grader, sandbox_mode = make_grader(spec, cfg)  # refuse early: before spending generation time
     tokenizer = getattr(engine, "tokenizer", None)
     prompts = [render(tokenizer, build_messages(spec, p)) for p in problems]
     completions: list[list[Completion]] = []
     chunk = max(1, cfg.batch_size)
+    cache = GenerationCache(cfg.out, cfg.model, engine.name, sampling.as_record())
+    if cache.resumed:
+        print(f"repro eval: resuming {cfg.benchmark}: {cache.resumed} finished batch(es) in "
+              f"{cache.path}")
     for start in tqdm(range(0, len(prompts), chunk), desc=f"generate {cfg.benchmark}", unit="batch"):
-        completions.extend(engine.generate(prompts[start : start + chunk], sampling))
+        batch = prompts[start : start + chunk]
+        rows = cache.get(start, batch)
+        if rows is None:
+            rows = engine.generate(batch, sampling)
+            cache.put(start, batch, rows)
+        completions.extend(rows)
     flat = [(p, c.text) for p, row in zip(problems, completions) for c in row]
     grades = grader.grade_many(flat)
     if hasattr(grader, "close"):
@@ -108,6 +124,8 @@ def run_eval(cfg: EvalConfig, engine: Any | None = None) -> dict[str, Path]:
     paths = {"samples": cfg.out / "samples.parquet", "problems": cfg.out / "problems.parquet"}
     write_table(sample_rows, EVAL_SAMPLES, paths["samples"], config=config)
     write_table(problem_rows, EVAL_PROBLEMS, paths["problems"], config=config)
+    write_manifest(cfg.out, [p.name for p in paths.values()], {"benchmark": spec.name})
+    cache.remove()
     mean, lo, hi = bootstrap_ci([r["avg"] for r in problem_rows])
     print(f"{spec.name}: avg@{sampling.n} = {mean:.4f} (95% CI {lo:.4f}..{hi:.4f}, "
           f"bootstrap over {len(problem_rows)} problems) -> {cfg.out}")
@@ -121,6 +139,7 @@ def run_eval_suite(cfg: EvalConfig, benchmarks: list[str], split: bool) -> list[
         raise ValueError(f"{len(benchmarks)} benchmarks need one folder each: pass --split")
     from repro.generation.factory import make_engine
 
+    check_tree(cfg.model)  # a damaged exported policy: refuse before generating
     engine = make_engine(cfg.model, cfg.engine, batch_size=cfg.batch_size, seed=cfg.seed)
     return [
         run_eval(dataclasses.replace(cfg, benchmark=name,

@@ -9,7 +9,9 @@ generation, tests in order, stopping at the first failure. This side supervises 
 the harness, the program and the tests (JSON) into the sandbox, enforces LCB's global timeout
 `(timeout + 1) * n_tests + 5` s as the sandbox's wall clock, and turns what came back into a
 `Grade`. Only nonce-bearing records from the harness's result channel count; the program's own
-output is never parsed (see the harness docstring).
+output is never parsed (see the harness docstring). A run SIGKILLed by someone other than our
+wall clock (another process, the OOM killer), or a sandbox that failed to start, is run once
+more; the reason says so, and a second kill is graded as what it is (killed by SIGKILL).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ HARNESS_SOURCE = Path(__file__).with_name("lcb_harness.py").read_bytes()
 COMPAT_MODES = ("lcb", "fixed")  # see lcb_harness: LCB's mocked stdin vs real byte streams
 PYTHON_FLAGS = ("-I", "-S")  # isolated, no site: ~10 ms start-up; the harness recreates exit()
 _HARNESS_VERDICTS = (PASS, WRONG_ANSWER, TIME_LIMIT, RUNTIME_ERROR, COMPILE_ERROR)
+_ATTEMPTS = 2  # a run killed from outside (or failing to start) is repeated once
 _FENCE = "```"
 
 
@@ -131,14 +134,30 @@ class CodeGrader:
         argv = [self.sandbox.config.python, *PYTHON_FLAGS, "lcb_harness.py", "tests.json",
                 "solution.py", Sandbox.RESULT_FD]
         timeout = self.global_timeout(len(tests.inputs))
-        try:
-            result = self.sandbox.run(argv, files=files, stdin=f"{nonce}\n".encode(),
-                                      timeout=timeout, result_channel=True)
-        except SandboxError as exc:
-            return HarnessRun(Grade(SANDBOX_ERROR, str(exc), code), None)
-        records = _records(result.result, nonce)
-        return HarnessRun(_classify(result, records, len(tests.inputs), timeout, code),
-                          result, records)
+        for attempt in range(1, _ATTEMPTS + 1):
+            try:
+                result = self.sandbox.run(argv, files=files, stdin=f"{nonce}\n".encode(),
+                                          timeout=timeout, result_channel=True)
+            except SandboxError as exc:
+                if attempt < _ATTEMPTS:
+                    continue
+                return HarnessRun(Grade(SANDBOX_ERROR, str(exc), code), None)
+            records = _records(result.result, nonce)
+            if not _killed_from_outside(result, records):
+                break
+        grade = _classify(result, records, len(tests.inputs), timeout, code)
+        if attempt > 1:
+            again = ("killed by SIGKILL on every attempt (out of memory?)"
+                     if _killed_from_outside(result, records) else "graded again")
+            grade = Grade(grade.verdict, f"{grade.reason} [attempt {attempt}: {again}]", code)
+        return HarnessRun(grade, result, records)
+
+
+def _killed_from_outside(result: SandboxResult, records: list[dict]) -> bool:
+    """SIGKILL without a verdict that our wall clock did not send: another process, or the
+    OOM killer. The program may be innocent, so the run is repeated once."""
+    return (result.signal_name == "SIGKILL" and not result.timed_out
+            and not any("verdict" in r for r in records))
 
 
 def _records(channel: bytes, nonce: str) -> list[dict]:

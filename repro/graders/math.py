@@ -20,6 +20,9 @@ math-verify can hang, so grading runs in persistent worker processes: a soft tim
 worker (SIGALRM, in its main thread, with math-verify's own alarms switched off so they cannot
 clobber it) ends slow Python-level work and keeps the worker; a worker still silent
 `_HARD_GRACE` seconds after the deadline is killed and replaced. Both give GRADER_TIMEOUT.
+A worker that dies while grading (SIGKILL from outside, the OOM killer) is replaced and the
+sample graded again by the new worker; a sample whose worker dies `_ATTEMPTS` times is a
+GRADER_ERROR (counted like any verdict, never taken as a wrong answer).
 """
 
 from __future__ import annotations
@@ -38,13 +41,15 @@ from pathlib import Path
 from typing import Any
 
 from repro.benchmarks.problem import Problem
-from repro.graders.base import GRADER_TIMEOUT, NO_ANSWER, PASS, WRONG_ANSWER, Grade
+from repro.graders.base import GRADER_ERROR, GRADER_TIMEOUT, NO_ANSWER, PASS, WRONG_ANSWER, Grade
 
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
 # A plain integer; a comma only as a thousands separator between 3-digit groups.
 _INTEGER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)")
 _HARD_GRACE = 1.0  # seconds past the soft deadline before the worker is killed
 _STARTUP_TIMEOUT = 120.0  # a fresh worker must import math-verify within this
+_ATTEMPTS = 2  # workers that may die on one sample before it is a grader error
+_WORKER_CODE = "import repro.graders.math as m; m._worker_main({fd}, {timeout!r})"
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds `repro`
 
 
@@ -194,7 +199,7 @@ class _Worker:
 
     def __init__(self, timeout: float) -> None:
         ours, theirs = socket.socketpair()
-        code = f"import repro.graders.math as m; m._worker_main({theirs.fileno()}, {timeout!r})"
+        code = _WORKER_CODE.format(fd=theirs.fileno(), timeout=timeout)
         path = os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)
         self.process = subprocess.Popen(
             [sys.executable, "-c", code], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
@@ -224,6 +229,7 @@ class MathGrader:
         self.timeout = timeout
         self.n_workers = workers
         self._workers: list[_Worker] = []  # started lazily: all-integer sets never need them
+        self._deaths: dict[int, int] = {}  # sample index -> workers that died grading it
 
     def grade(self, problem: Problem, completion: str) -> Grade:
         return self.grade_many([(problem, completion)])[0]
@@ -239,6 +245,7 @@ class MathGrader:
             else:
                 pending.append((index, *outcome))
         if pending:
+            self._deaths = {}
             self._run(pending, grades)
         assert all(g is not None for g in grades)
         return grades  # type: ignore[return-value]
@@ -267,22 +274,32 @@ class MathGrader:
             next_deadline = min(w.deadline for w in waiting)
             wait([w.conn for w in waiting], timeout=max(0.0, next_deadline - time.monotonic()))
             for slot, worker in enumerate(self._workers):
-                self._collect(slot, worker, grades)
+                self._collect(slot, worker, grades, pending)
 
-    def _collect(self, slot: int, worker: _Worker, grades: list[Grade | None]) -> None:
-        """Take this worker's reply if any; replace it if it died or overran its deadline."""
+    def _collect(self, slot: int, worker: _Worker, grades: list[Grade | None],
+                 pending: deque[tuple[int, str, str]]) -> None:
+        """Take this worker's reply if any; replace it if it died (the sample goes back to the
+        front of the queue, up to `_ATTEMPTS` deaths) or overran its deadline."""
         if worker.ready and worker.job is None:
             return
         try:
             message = worker.conn.recv() if worker.conn.poll() else None
-        except EOFError:
+        except (EOFError, ConnectionResetError):  # reset: it died with our request unread
             worker.process.wait()
             if worker.job is None:
                 raise RuntimeError(
                     f"math grader worker exited during start-up (code {worker.process.returncode});"
                     " is math-verify installed in this environment?"
                 ) from None
-            self._replace(slot, worker, grades, f"worker died (exit {worker.process.returncode})")
+            job, code = worker.job, worker.process.returncode
+            deaths = self._deaths[job[0]] = self._deaths.get(job[0], 0) + 1
+            worker.kill()
+            self._workers[slot] = _Worker(self.timeout)
+            if deaths < _ATTEMPTS:
+                pending.appendleft(job)
+            else:
+                grades[job[0]] = Grade(GRADER_ERROR, f"math-verify worker died {deaths} times "
+                                                     f"on this sample (last exit {code})", job[2])
             return
         if message is None:
             if time.monotonic() < worker.deadline:

@@ -3,11 +3,17 @@
 Run keys come only from hive-style `key=value` folder names (whatever sits above them is
 ignored), so a file's place is its identity. Files are written in key order, each sorted by
 step / problem / sample, so the same inputs give the same bytes of data. Every input is checked
-(name, keys, duplicates, the samples sibling) before anything is written.
+(name, keys, duplicates, the samples sibling, and its bytes against the manifest its job wrote)
+before anything is written. The tables are built in a staging folder and moved into `out`
+together, then `manifest.json` is written last; a failure leaves the previous aggregate as it
+was.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +36,7 @@ from repro.results import (
     write_arrow,
     write_table,
 )
+from repro.results.manifest import check_inputs, write_manifest
 
 TRAIN_FILE = "train_log.parquet"  # per-job inputs
 PROBLEMS_FILE = "problems.parquet"
@@ -105,16 +112,29 @@ def collect(files: Sequence[Path]) -> tuple[list[Job], list[Job]]:
 def aggregate(files: Sequence[Path], out: Path, study: Study) -> dict[str, int]:
     """Write the aggregate tables under `out`; returns each file's row count."""
     train, evals = collect(files)
+    check_inputs([job.path for job in train]
+                 + [job.path.with_name(name) for job in evals
+                    for name in (PROBLEMS_FILE, SAMPLES_FILE)])
     config = study.to_config()
     curves = [_train_curve(job) for job in train]
-    write_arrow(curves, AGG_TRAIN_CURVES, out / CURVES_OUT, config=config)
-    write_table([_run_row(c, study.smooth_window) for c in curves], AGG_RUNS, out / RUNS_OUT,
-                config=config)
-    for name, source, base, schema, order in EVAL_OUTS:
-        tables = (_eval_table(job, source, base, schema, order) for job in evals)
-        write_arrow(tables, schema, out / name, config=config)
-    return {name: pq.read_metadata(out / name).num_rows
-            for name in (CURVES_OUT, RUNS_OUT, PROBLEMS_OUT, SAMPLES_OUT)}
+    names = (CURVES_OUT, RUNS_OUT, PROBLEMS_OUT, SAMPLES_OUT)
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=out))
+    try:
+        write_arrow(curves, AGG_TRAIN_CURVES, staging / CURVES_OUT, config=config)
+        write_table([_run_row(c, study.smooth_window) for c in curves], AGG_RUNS,
+                    staging / RUNS_OUT, config=config)
+        for name, source, base, schema, order in EVAL_OUTS:
+            tables = (_eval_table(job, source, base, schema, order) for job in evals)
+            write_arrow(tables, schema, staging / name, config=config)
+        # the old manifest stays until the new one replaces it: a crash between the moves
+        # leaves files that do not match it, which the next read (or Snakemake) detects
+        for name in names:
+            os.replace(staging / name, out / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    write_manifest(out, names, {"study": config})
+    return {name: pq.read_metadata(out / name).num_rows for name in names}
 
 
 def _train_curve(job: Job) -> pa.Table:

@@ -14,6 +14,7 @@ import pyarrow as pa
 from repro.reporting.aggregate import CURVES_OUT, PROBLEMS_OUT, RUNS_OUT
 from repro.reporting.study import Study
 from repro.results import AGG_EVAL_PROBLEMS, AGG_RUNS, AGG_TRAIN_CURVES, read_table
+from repro.results.manifest import check_inputs
 
 RunKey = tuple[str, str, int, int]  # model, algo, group_size, seed
 EvalKey = tuple[str, str, int | None, float, str]  # model, algo, group_size, frac, benchmark
@@ -55,6 +56,7 @@ def load_aggregate(folder: Path) -> Aggregate:
     for path in paths.values():
         if not path.is_file():
             raise ValueError(f"{path} does not exist: run repro aggregate first")
+    check_inputs(paths.values())
     studies = {path: Study.from_parquet(path) for path in paths.values()}
     study = studies[paths[RUNS_OUT]]
     for path, other in studies.items():

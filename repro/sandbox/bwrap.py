@@ -5,7 +5,8 @@ supports it), uid/gid 65534 with no capabilities, an empty environment (bwrap it
 PATH, so /proc/1/environ is empty too), `/` read-only, size-capped tmpfs on /tmp and /dev/shm
 (the only writable places), private read-only /dev and /proc, the run's files bound read-only
 at `/tmp/job` (the working directory), and home directories and /run covered by empty read-only
-tmpfs mounts.
+tmpfs mounts. A seccomp filter (see `seccomp`) refuses Unix sockets, which reach the host by
+path whatever the network namespace, and ptrace.
 When the supervisor is root, bwrap itself is started as host uid/gid 65534 (not just mapped to
 it), so root-only files stay unreadable and the program owns nothing on the host. rlimits and
 optional pids + memory cgroups bound what it can consume (see `limits`); the wall clock, the
@@ -36,6 +37,7 @@ from pathlib import Path
 
 from repro.sandbox.limits import CgroupRoot, Rlimits, detect_cgroup_root, make_preexec
 from repro.sandbox.process import SandboxResult, run_process
+from repro.sandbox.seccomp import filter_program
 
 MODES = ("bwrap", "unsafe")
 JOB_DIR = "/tmp/job"  # where the run's files appear inside the sandbox (and its cwd)
@@ -162,6 +164,7 @@ class Sandbox:
         return {"mode": self.mode, "cgroup": cg.version if cg else None,
                 "memory_cgroup": bool(cg and cg.memory and self.config.memory_bytes),
                 "host_uid": self._drop_to[0] if self._drop_to else os.geteuid(),
+                "seccomp": self.mode == "bwrap" and filter_program() is not None,
                 "python": self.config.python}
 
     def check(self) -> None:
@@ -242,18 +245,24 @@ class Sandbox:
             )
             preexec = make_preexec(limits, cgroups, self._drop_to)
             if cfg.mode == "bwrap":
-                full = [*self._prefix, "--ro-bind", str(job), JOB_DIR, "--chdir", JOB_DIR,
-                        "--", *argv]
+                seccomp = _filter_fd()
+                fds = () if seccomp is None else (seccomp,)
+                full = [*self._prefix, *(["--seccomp", str(seccomp)] if fds else []),
+                        "--ro-bind", str(job), JOB_DIR, "--chdir", JOB_DIR, "--", *argv]
                 env, cwd = {"PATH": SAFE_PATH}, "/"
             else:
-                full, env, cwd = list(argv), dict(SANDBOX_ENV), str(job)
+                full, env, cwd, fds = list(argv), dict(SANDBOX_ENV), str(job), ()
             try:
                 return run_process(
                     full, cwd=cwd, env=env, stdin=stdin, timeout=timeout, preexec=preexec,
                     output_cap=cfg.max_output_bytes, result_channel=result_channel,
-                    result_placeholder=self.RESULT_FD, cgroups=cgroups, mode=cfg.mode)
+                    result_placeholder=self.RESULT_FD, cgroups=cgroups, mode=cfg.mode,
+                    extra_fds=fds)
             except (OSError, subprocess.SubprocessError) as exc:
                 raise SandboxError(f"could not start the {cfg.mode} sandbox: {exc}") from exc
+            finally:
+                for fd in fds:
+                    os.close(fd)
         finally:
             for path in reversed(cgroups):  # only left when the run never started
                 if path.exists():
@@ -285,3 +294,16 @@ class Sandbox:
         prefix += [*size, "--tmpfs", "/tmp", "--dev", "/dev", *size, "--tmpfs", "/dev/shm",
                    "--remount-ro", "/dev", "--proc", "/proc"]
         return prefix
+
+
+def _filter_fd() -> int | None:
+    """A pipe holding the seccomp filter, for bwrap's `--seccomp FD` (None: no filter here)."""
+    program = filter_program()
+    if program is None:
+        return None
+    read, write = os.pipe()
+    try:
+        os.write(write, program)  # a few hundred bytes: far below the pipe's buffer
+    finally:
+        os.close(write)
+    return read

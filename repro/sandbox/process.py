@@ -78,13 +78,15 @@ def run_process(
     result_placeholder: str,
     cgroups: tuple[Path, ...],
     mode: str,
+    extra_fds: tuple[int, ...] = (),
 ) -> SandboxResult:
-    """Spawn, supervise and fully clean up one process (also when interrupted)."""
-    pass_fds: tuple[int, ...] = ()
+    """Spawn, supervise and fully clean up one process (also when interrupted). `extra_fds`
+    are inherited by the child (e.g. bwrap's seccomp filter); the caller closes them."""
+    pass_fds: tuple[int, ...] = extra_fds
     result_r = result_w = -1
     if result_channel:
         result_r, result_w = os.pipe()
-        pass_fds = (result_w,)
+        pass_fds = (*extra_fds, result_w)
         argv = [a.replace(result_placeholder, str(result_w)) for a in argv]
     start = time.monotonic()
     try:

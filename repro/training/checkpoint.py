@@ -3,12 +3,20 @@
 Written into a temp folder and renamed into place, so a folder named step_NNNNNN is complete;
 a run killed at any point resumes from the newest one. Resumable state lives under the run's
 `checkpoints/`, apart from the declared outputs (Snakemake deletes a failed job's outputs).
+
+The last file written is `checksums.json` (sha256 and size of every other file): a checkpoint
+whose files were later damaged (a bad disk block, a truncated copy, garbage from a crashed node)
+fails `verify_checkpoint`, and `latest_checkpoint` skips it with a one-line message and
+falls back to the newest one that verifies. Any engine that writes this layout through
+`save_checkpoint` gets the same protection.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +27,7 @@ from repro.atomic import atomic_dir
 
 STATE_FILE = "trainer_state.pt"
 IDENTITY_FILE = "run.json"  # what produced the checkpoint: resolved config + caller's fingerprint
+CHECKSUMS_FILE = "checksums.json"  # written last: {relative path: {"sha256", "bytes"}}
 
 
 def save_checkpoint(
@@ -37,15 +46,61 @@ def save_checkpoint(
                     "python": random.getstate()},
             "state": state,
         }, tmp / STATE_FILE)
+        write_checksums(tmp)
 
     atomic_dir(final, write)
     return final
 
 
-def latest_checkpoint(run_dir: Path) -> Path | None:
+def file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_checksums(folder: Path) -> None:
+    """Record sha256 and size of every file under `folder` (call it after the last write)."""
+    sums = {str(p.relative_to(folder)): {"sha256": file_digest(p), "bytes": p.stat().st_size}
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != CHECKSUMS_FILE}
+    (folder / CHECKSUMS_FILE).write_text(json.dumps(sums, indent=1, sort_keys=True))
+
+
+def verify_checkpoint(ckpt: Path) -> str | None:
+    """None when every recorded file is present with its size and sha256; else why not."""
+    try:
+        sums = json.loads((ckpt / CHECKSUMS_FILE).read_text())
+    except FileNotFoundError:
+        return f"no {CHECKSUMS_FILE} (incomplete, or written before checksums were recorded)"
+    except ValueError as exc:
+        return f"{CHECKSUMS_FILE} is unreadable ({exc})"
+    if STATE_FILE not in sums:
+        return f"{CHECKSUMS_FILE} does not list {STATE_FILE}"
+    for name, want in sorted(sums.items()):
+        path = ckpt / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != want["bytes"]:
+            return f"{name} has {path.stat().st_size} bytes, {want['bytes']} recorded"
+        if file_digest(path) != want["sha256"]:
+            return f"{name} does not match its recorded sha256"
+    return None
+
+
+def latest_checkpoint(
+    run_dir: Path, say: Callable[[str], object] = print
+) -> Path | None:
+    """The newest checkpoint that verifies; each newer one that does not is skipped, one line
+    each through `say`, and left on disk for inspection."""
     root = run_dir / "checkpoints"
-    done = sorted(p for p in root.glob("step_*") if (p / STATE_FILE).exists()) if root.exists() else []
-    return done[-1] if done else None
+    found = sorted(root.glob("step_*"), reverse=True) if root.exists() else []
+    for ckpt in found:
+        problem = verify_checkpoint(ckpt)
+        if problem is None:
+            return ckpt
+        say(f"repro train: skipping checkpoint {ckpt}: {problem}")
+    return None
 
 
 def same_run(ckpt: Path, identity: dict[str, Any]) -> bool:

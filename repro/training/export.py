@@ -4,7 +4,9 @@ The trainer works in a scratch folder (`checkpoints/`, `final/`, `train_log.parq
 Snakemake does not own, so a killed job's state survives Snakemake's clean-up of failed outputs.
 When training ends, the export copies what the rest of the pipeline reads: the step log, one
 policy per budget fraction (`policy/frac=F/`, the checkpoint saved when F of the budget was
-used) and a `manifest.json` written last, so a run folder with a manifest is complete.
+used) and a `manifest.json` written last, so a run folder with a manifest is complete. The
+manifest records each copied file's sha256, size and rows (`repro.results.manifest`), so a
+reader can tell a damaged output from a good one.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from repro.atomic import atomic_dir, atomic_file
+from repro.results.manifest import write_manifest as record_outputs
+from repro.training.checkpoint import verify_checkpoint
 
 MANIFEST = "manifest.json"
 
@@ -36,13 +40,20 @@ def export_run(scratch: Path, dest: Path) -> Path:
     if not source.exists():
         raise FileNotFoundError(f"{source}: no manifest, so the run in {scratch} has not finished")
     manifest = json.loads(source.read_text())
+    for label, step in sorted(manifest["fraction_steps"].items()):  # check all before writing
+        ckpt = scratch / "checkpoints" / f"step_{step:06d}"
+        problem = verify_checkpoint(ckpt) if ckpt.is_dir() else "missing"
+        if problem is not None:
+            raise ValueError(f"{ckpt}: checkpoint of budget fraction {label} fails verification "
+                             f"({problem}); rerun training with --resume")
     atomic_file(dest / "train_log.parquet",
                 lambda tmp: shutil.copyfile(scratch / "train_log.parquet", tmp))
     for label, step in sorted(manifest["fraction_steps"].items()):
         policy = scratch / "checkpoints" / f"step_{step:06d}" / "policy"
-        if not policy.is_dir():
-            raise FileNotFoundError(f"{policy}: checkpoint of budget fraction {label} is missing")
         atomic_dir(dest / "policy" / f"frac={label}",
                    lambda tmp, src=policy: shutil.copytree(src, tmp, dirs_exist_ok=True))
-    write_manifest(dest / MANIFEST, manifest | {"scratch": str(scratch)})
+    files = ["train_log.parquet", *sorted(
+        str(p.relative_to(dest)) for label in manifest["fraction_steps"]
+        for p in (dest / "policy" / f"frac={label}").rglob("*") if p.is_file())]
+    record_outputs(dest, files, manifest | {"scratch": str(scratch)})
     return dest
