@@ -38,7 +38,7 @@ def hashed(monkeypatch):
 def config(model: Path, **kw) -> TrainConfig:
     base = {"model": str(model), "steps": 4, "prompts_per_step": 4, "group_size": 4,
             "minibatches": 2, "max_new_tokens": 8, "probe_n": 2, "checkpoint_every": 1,
-            "checkpoint_fractions": [1.0], "lr": 1e-3, "top_k": 2}
+            "checkpoint_fractions": [1.0], "lr": 1e-3}
     return TrainConfig(**(base | kw))
 
 
