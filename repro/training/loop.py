@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm import tqdm
 
 from repro.atomic import atomic_dir
 from repro.diagnostics import cancellation_metrics, token_coefficients
@@ -26,6 +25,7 @@ from repro.generation.hf import HFEngine
 from repro.models import load
 from repro.objectives import AdvantageConfig, Minibatch, group_advantages, policy_loss
 from repro.objectives.kl import k3_kl_penalty
+from repro.progress import progress
 from repro.results import TRAIN_LOG, write_table
 from repro.training.checkpoint import (
     latest_checkpoint,
@@ -83,7 +83,7 @@ def train(
                  "fraction_steps": {}}
     loss_cfg = cfg.loss_config()
     n_params = sum(p.numel() for p in model.parameters())
-    bar = tqdm(total=cfg.steps, initial=state["step"], desc=f"train {label}", unit="step")
+    bar = progress(cfg.steps, f"train {label}", "step", initial=state["step"])
     try:
         for step in range(state["step"] + 1, cfg.steps + 1):
             if cfg.token_budget is not None and state["gen_cum"] >= cfg.token_budget:
@@ -166,6 +166,7 @@ def train_step(cfg, step, model, tok, ref, opt, loss_cfg, stream, rewarder, engi
         "entropy": float(entropy[resp_mask].mean()),
         "w_min": min(u["w_min"] for u in updates), "w_max": max(u["w_max"] for u in updates),
         "zero_adv_frac": adv_info["zero_adv_frac"], "lr": cfg.lr,
+        "grader_errors": float(batch.grader_errors),
         "time_rollout": t1 - t0, "time_update": t2 - t1,
     } | {k: nanmean([u[k] for u in updates]) for k in MEAN_KEYS}
 
