@@ -123,25 +123,30 @@ def eval_(
     batch_size: Annotated[int, typer.Option(help="Prompts per generate call.")] = 8,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     temperature: Annotated[float | None, typer.Option(help="Override the benchmark's temperature.")] = None,
+    top_p: Annotated[float | None, typer.Option(help="Override the benchmark's top_p.")] = None,
+    top_k: Annotated[int | None, typer.Option(help="Override the benchmark's top_k (0 = off).")] = None,
+    min_p: Annotated[float | None, typer.Option(help="Override the benchmark's min_p.")] = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="Override the generation budget.")] = None,
     workers: Annotated[int, typer.Option(help="Parallel grading workers.")] = 2,
     unsafe_no_sandbox: Annotated[
         bool, typer.Option("--unsafe-no-sandbox", help="Run generated code WITHOUT bubblewrap (recorded).")
     ] = False,
 ) -> None:
-    """Evaluate a model on a benchmark: k samples per problem, graded, written as Parquet."""
+    """Evaluate a model on a benchmark: k samples per problem, graded, written as Parquet.
+    Every benchmark and data set is loaded and checked before the model is."""
     from repro.benchmarks import DatasetUnavailable
     from repro.evaluation.runner import EvalConfig, run_eval_suite
     from repro.sandbox import SandboxUnavailable
 
-    overrides = {"temperature": temperature, "max_new_tokens": max_new_tokens}
-    cfg = EvalConfig(
-        model=model, benchmark=benchmark[0], out=out, k=k, limit=limit, data_dir=data_dir,
-        checkpoint=checkpoint, engine=engine, batch_size=batch_size, seed=seed,
-        sampling={key: v for key, v in overrides.items() if v is not None}, workers=workers,
-        unsafe_no_sandbox=unsafe_no_sandbox,
-    )
+    overrides = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p,
+                 "max_new_tokens": max_new_tokens}
     try:
+        cfg = EvalConfig(
+            model=model, benchmark=benchmark[0], out=out, k=k, limit=limit, data_dir=data_dir,
+            checkpoint=checkpoint, engine=engine, batch_size=batch_size, seed=seed,
+            sampling={key: v for key, v in overrides.items() if v is not None}, workers=workers,
+            unsafe_no_sandbox=unsafe_no_sandbox,
+        )
         run_eval_suite(cfg, benchmark, split)
     except (DatasetUnavailable, SandboxUnavailable, ValueError) as err:
         typer.echo(f"repro eval: {err}", err=True)

@@ -186,9 +186,8 @@ def eval_options() -> str:
         opts.append(f"--limit {e['limit']}")
     if e["data_dir"] is not None:
         opts.append(f"--data-dir {e['data_dir']}")
-    for key in ("temperature", "max_new_tokens"):
-        if key in e["sampling"]:
-            opts.append(f"--{key.replace('_', '-')} {e['sampling'][key]}")
+    for key, value in e["sampling"].items():  # the schema admits only `repro eval` options
+        opts.append(f"--{key.replace('_', '-')} {value}")
     return " ".join(opts)
 
 
