@@ -27,6 +27,8 @@ def _set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 bench_app = typer.Typer(no_args_is_help=True, help="Speed and memory benchmarks (ratios, side by side).")
 app.add_typer(bench_app, name="bench")
+data_app = typer.Typer(no_args_is_help=True, help="Benchmark files: download once, pin by sha256.")
+app.add_typer(data_app, name="data")
 
 
 @app.command()
@@ -118,6 +120,9 @@ def eval_(
     k: Annotated[int | None, typer.Option(help="Samples per problem (default: the benchmark's).")] = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N problems.")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Offline mirror of the datasets.")] = None,
+    lock: Annotated[Path | None, typer.Option(
+        help="Data lock written by `repro data pin` (sha256 pins; its data_dir unless "
+             "--data-dir is given).")] = None,
     checkpoint: Annotated[str, typer.Option(help="Label stored with the results.")] = "final",
     engine: Annotated[str, typer.Option(help="auto (vLLM on a GPU, else HF), hf or vllm.")] = "auto",
     batch_size: Annotated[int, typer.Option(help="Prompts per generate call.")] = 8,
@@ -142,7 +147,7 @@ def eval_(
                  "max_new_tokens": max_new_tokens}
     try:
         cfg = EvalConfig(
-            model=model, benchmark=benchmark[0], out=out, k=k, limit=limit, data_dir=data_dir,
+            model=model, benchmark=benchmark[0], out=out, k=k, limit=limit, data_dir=data_dir, lock=lock,
             checkpoint=checkpoint, engine=engine, batch_size=batch_size, seed=seed,
             sampling={key: v for key, v in overrides.items() if v is not None}, workers=workers,
             unsafe_no_sandbox=unsafe_no_sandbox,
@@ -151,6 +156,34 @@ def eval_(
     except (DatasetUnavailable, SandboxUnavailable, ValueError) as err:
         typer.echo(f"repro eval: {err}", err=True)
         raise typer.Exit(2) from None
+
+
+@data_app.command("pin")
+def data_pin(
+    benchmark: Annotated[list[str], typer.Option(
+        help="Benchmarks whose files to fetch and pin (aime25, hmmt25, livecodebench, lcb-train, "
+             "openr1-math); repeat for several.")],
+    data_dir: Annotated[Path, typer.Option(
+        help="Mirror folder (hub layout, DATA_DIR/<dataset id>/...); missing files are "
+             "downloaded into it.")],
+    lock: Annotated[Path, typer.Option(help="Lock file to write (merged if it exists).")] = Path(
+        "data.lock.yaml"),
+) -> None:
+    """Download each benchmark's files once, sha256 them, and write the pins into the lock that
+    `repro eval --lock`, training and the pipeline (config `data_lock`) read."""
+    from repro.benchmarks import DatasetUnavailable, get_benchmark
+    from repro.benchmarks.pins import pin
+
+    try:
+        specs = [get_benchmark(name) for name in benchmark]
+        written = pin(specs, data_dir, lock)
+    except (DatasetUnavailable, ValueError) as err:
+        typer.echo(f"repro data pin: {err}", err=True)
+        raise typer.Exit(2) from None
+    for dataset, entry in sorted(written["datasets"].items()):
+        for name, digest in sorted(entry["sha256"].items()):
+            typer.echo(f"{dataset}@{entry['revision']} {name} {digest}")
+    typer.echo(f"-> {lock}")
 
 
 @bench_app.command("objectives")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from repro.benchmarks import BenchmarkSpec, build_messages, get_benchmark, load_problems
+from repro.benchmarks.pins import missing_pins, pins_for, read_lock
 from repro.benchmarks.problem import Problem
 from repro.evaluation.stats import bootstrap_ci, pass_at_k
 from repro.generation.base import Completion, SamplingConfig
@@ -33,6 +34,8 @@ class EvalConfig:
     k: int | None = field(default=None, metadata={"help": "Samples per problem; None = the benchmark's default."})
     limit: int | None = field(default=None, metadata={"help": "Evaluate only the first N problems."})
     data_dir: Path | None = field(default=None, metadata={"help": "Offline mirror of the datasets."})
+    lock: Path | None = field(default=None, metadata={
+        "help": "Data lock of `repro data pin`: sha256 pins, and the mirror when data_dir is None."})
     checkpoint: str = field(default="final", metadata={"help": "Label stored with the results."})
     engine: str = field(default="auto", metadata={"help": "auto (vLLM on GPU, else HF), hf or vllm."})
     batch_size: int = field(default=8, metadata={"help": "Prompts per HF generate call."})
@@ -85,7 +88,18 @@ class Prepared:
 def prepare(cfg: EvalConfig) -> Prepared:
     """Everything that can fail without a model: benchmark name, data, sampling, sandbox."""
     spec = get_benchmark(cfg.benchmark)
-    problems, provenance = load_problems(spec, data_dir=cfg.data_dir, limit=cfg.limit)
+    lock = read_lock(Path(cfg.lock)) if cfg.lock is not None else None
+    missing = missing_pins([spec], lock)
+    if missing:
+        raise ValueError(
+            f"{spec.name}: no sha256 pin for {missing[spec.name]} of {spec.dataset}@"
+            f"{spec.revision} (lock: {cfg.lock}); its private tests are pickled. Pin them once: "
+            f"repro data pin --benchmark {spec.name} --data-dir DATA_DIR --lock data.lock.yaml"
+        )
+    data_dir = cfg.data_dir if cfg.data_dir is not None or lock is None else lock["data_dir"]
+    pins = pins_for(spec, lock) if spec.source != "synthetic" else {}
+    problems, provenance = load_problems(spec, data_dir=data_dir, limit=cfg.limit,
+                                         sha256_pins=pins or None)
     if spec.grader == "code":
         make_grader(spec, cfg)  # CodeGrader checks its sandbox: refuses now if none can start
     return Prepared(cfg, spec, problems, provenance, sampling_for(cfg, spec))
