@@ -360,6 +360,8 @@ def _prepare(problem: Problem, completion: str, compat: str = "default") -> Grad
             fallback = " (no box: last integer of the text, MathArena's non-strict fallback)"
         if pred is not None:
             pred = _matharena_normalise(pred)
+            if not pred:  # `\boxed{\text{293}}`: MathArena parses nothing and marks it wrong
+                return _wrong(gold, pred, " (nothing left after MathArena's normalisation)")
     if pred is None or not pred.strip():
         return Grade(NO_ANSWER, "no complete \\boxed{} answer", pred)
     pred = _TRAILING_PERIOD.sub("", pred) or pred  # `\\boxed{1037.}`: a sentence's full stop
