@@ -125,9 +125,15 @@ def seed_mechanism(curve: pa.Table) -> dict[str, float]:
         "abs_drift_mean": nanmean(np.abs(drift)),
         "kl_template": nanmean(col("kl_template")),
         # total over the run: rewards of 0 that were the grader's failure, not the policy's
-        "grader_errors": float(np.nansum(col("grader_errors")))
+        "grader_errors": total(col("grader_errors"))
         if "grader_errors" in curve.column_names else math.nan,
     }
+
+
+def total(values: np.ndarray) -> float:
+    """Sum of the measured steps; NaN when no step measured it (logs before the column)."""
+    finite = values[np.isfinite(values)]
+    return float(finite.sum()) if len(finite) else math.nan
 
 
 def mechanism(curves: Mapping[int, pa.Table]) -> dict[str, float]:
