@@ -109,7 +109,8 @@ def test_grader_failures_are_counted_per_problem(engine, tmp_path, monkeypatch):
     """A timeout scores 0 like a wrong answer, but the problems table counts it apart."""
     class FlakyGrader:
         def grade_many(self, items):
-            return [Grade(GRADER_TIMEOUT, "slow") if i % 2 else Grade(PASS) for i in range(len(items))]
+            return [Grade(GRADER_TIMEOUT, "slow") if i % 2 else Grade(PASS)
+                    for i in range(len(items))]
 
     monkeypatch.setattr(runner, "make_grader", lambda spec, cfg: (FlakyGrader(), "none"))
     result = invoke("--benchmark", "synth-aime", "--out", str(tmp_path), "--k", "2", "--limit", "3")

@@ -5,7 +5,6 @@ LCB record through the restricted unpickler and the sandbox, and `repro eval` en
 from __future__ import annotations
 
 import base64
-import json
 import pickle
 import zlib
 

@@ -73,7 +73,9 @@ def pins_for(spec: BenchmarkSpec, lock: dict[str, Any] | None) -> dict[str, str]
     return dict(entry["sha256"])
 
 
-def missing_pins(specs: Iterable[BenchmarkSpec], lock: dict[str, Any] | None) -> dict[str, list[str]]:
+def missing_pins(
+    specs: Iterable[BenchmarkSpec], lock: dict[str, Any] | None
+) -> dict[str, list[str]]:
     """LiveCodeBench sets whose shards the lock does not pin: name -> missing shard files."""
     missing = {}
     for spec in specs:

@@ -33,7 +33,8 @@ REQUIRED_TARGETS = {
 }
 
 _COMMON = (
-    "name", "description", "kind", "source", "template", "grader", "default_k", "sampling", "compat",
+    "name", "description", "kind", "source", "template", "grader", "default_k", "sampling",
+    "compat",
 )
 _BY_SOURCE = {
     "hub": ("dataset", "revision", "split", "files", "fields", "expected_count"),

@@ -21,7 +21,8 @@ from repro.graders.base import GRADER_FAILURES, GRADER_VERSION, NO_ANSWER, Grade
 from repro.progress import progress
 from repro.results import EVAL_PROBLEMS, EVAL_SAMPLES, write_table
 
-SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingConfig) if f.name not in ("n", "seed"))
+SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingConfig)
+                      if f.name not in ("n", "seed"))  # the run sets n (= k) and the seed
 
 
 @dataclass
@@ -57,8 +58,9 @@ class EvalConfig:
             if value is not None and value < 1:
                 raise ValueError(f"--{name} must be >= 1, got {value}")
         for name in ("batch_size", "workers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
         unknown = sorted(set(self.sampling) - set(SAMPLING_KEYS))
         if unknown:
             raise ValueError(f"sampling key {unknown[0]!r} is not one of {list(SAMPLING_KEYS)}")
@@ -130,7 +132,9 @@ def run_eval(cfg: EvalConfig, engine: Any | None = None) -> dict[str, Path]:
 
 
 def run_prepared(prepared: Prepared, engine: Any) -> dict[str, Path]:
-    cfg, spec, problems, sampling = prepared.cfg, prepared.spec, prepared.problems, prepared.sampling
+    """Generate, grade and write one prepared benchmark."""
+    cfg, spec, problems = prepared.cfg, prepared.spec, prepared.problems
+    sampling = prepared.sampling
     grader, sandbox_mode = make_grader(spec, cfg)
     tokenizer = getattr(engine, "tokenizer", None)
     prompts = [render(tokenizer, build_messages(spec, p)) for p in problems]
@@ -146,10 +150,9 @@ def run_prepared(prepared: Prepared, engine: Any) -> dict[str, Path]:
     try:
         with progress(len(problems), f"grade {spec.name}", "problem") as bar:
             for start in range(0, len(problems), chunk):  # whole problems: code dedupes per problem
-                grades += grader.grade_many([(p, c.text) for p, row in
-                                             zip(problems[start:start + chunk],
-                                                 completions[start:start + chunk]) for c in row])
-                bar.update(len(problems[start:start + chunk]))
+                part = list(zip(problems[start:start + chunk], completions[start:start + chunk]))
+                grades += grader.grade_many([(p, c.text) for p, row in part for c in row])
+                bar.update(len(part))
     finally:
         if hasattr(grader, "close"):
             grader.close()

@@ -63,8 +63,8 @@ class GumbelSampler(LogitsProcessor):
 
 
 def sampling_processors(sampling: SamplingConfig, keys: list[str]) -> LogitsProcessorList:
-    """Transformers' own warpers (its order: temperature, top-k, top-p, min-p), then the noise;
-    rows are prompt-major with `sampling.n` samples each, as `num_return_sequences` lays them out."""
+    """Transformers' own warpers (its order: temperature, top-k, top-p, min-p), then the noise.
+    Rows are prompt-major, `sampling.n` samples per prompt (the engine repeats each prompt)."""
     processors: list[LogitsProcessor] = [TemperatureLogitsWarper(sampling.temperature)]
     if sampling.top_k > 0:
         processors.append(TopKLogitsWarper(sampling.top_k))

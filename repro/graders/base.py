@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GRADER_VERSION = "2"  # 2: math compat modes, trailing period, grader_error verdict  # bump when any grading rule changes; stored with every result
+# Bump when any grading rule changes; stored with every result.
+# 2: math compat modes, a trailing period dropped, the grader_error verdict.
+GRADER_VERSION = "2"
 
 PASS = "pass"
 WRONG_ANSWER = "wrong_answer"
