@@ -138,3 +138,32 @@ def test_progress_is_a_bar_on_a_terminal_and_lines_elsewhere():
     assert lines[-1].startswith("grade aime25: 10/10 problem (100%)")
     with progress(3, "x", stream=Terminal()) as tty_bar:
         assert not isinstance(tty_bar, LineProgress)
+
+
+def test_data_pin_writes_a_lock_that_eval_reads_and_enforces(engine, tmp_path):
+    """Offline (files already mirrored): `repro data pin` hashes them into the lock; `repro
+    eval --lock` finds the mirror through it, and refuses a file whose bytes changed."""
+    from fixtures_hub import AIME_ID, MATHARENA_FILE, write_aime
+
+    from repro.benchmarks.pins import read_lock
+
+    write_aime(tmp_path / "hub", commit="a" * 40)
+    lock = tmp_path / "data.lock.yaml"
+    pinned = CliRunner().invoke(app, ["data", "pin", "--benchmark", "aime25", "--data-dir",
+                                      str(tmp_path / "hub"), "--lock", str(lock)])
+    assert pinned.exit_code == 0, pinned.output
+    entry = read_lock(lock)["datasets"][AIME_ID]
+    assert entry["resolved_revision"] == "a" * 40 and list(entry["sha256"]) == [MATHARENA_FILE]
+    assert read_lock(lock)["data_dir"] == tmp_path / "hub"
+    ok = invoke("--benchmark", "aime25", "--lock", str(lock), "--out", str(tmp_path / "ok"))
+    assert ok.exit_code == 0, ok.output
+    (tmp_path / "hub" / AIME_ID / MATHARENA_FILE).write_bytes(b"changed")
+    bad = invoke("--benchmark", "aime25", "--lock", str(lock), "--out", str(tmp_path / "bad"))
+    assert bad.exit_code == 2 and "does not match the pinned sha256" in bad.output, bad.output
+    assert not (tmp_path / "bad").exists()
+
+
+def test_a_synthetic_benchmark_has_nothing_to_pin(tmp_path):
+    result = CliRunner().invoke(app, ["data", "pin", "--benchmark", "synth-aime", "--data-dir",
+                                      str(tmp_path), "--lock", str(tmp_path / "l.yaml")])
+    assert result.exit_code == 2 and "no files to pin" in result.output
