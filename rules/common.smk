@@ -79,11 +79,12 @@ def source_digest(*parts: str) -> str:
 
 
 TRAIN_CODE = source_digest("objectives", "training", "models", "generation", "graders",
-                           "sandbox", "tasks", "benchmarks", "diagnostics", "results", "atomic.py")
+                           "sandbox", "tasks", "benchmarks", "diagnostics", "results", "atomic.py",
+                           "progress.py")
 SFT_CODE = source_digest("training", "models", "tasks", "benchmarks", "generation", "graders",
                          "atomic.py")
 EVAL_CODE = source_digest("evaluation", "generation", "graders", "sandbox", "benchmarks", "tasks",
-                          "models", "results", "atomic.py")
+                          "models", "results", "atomic.py", "progress.py")
 REPORT_CODE = source_digest("reporting", "results", "evaluation", "diagnostics", "benchmarks")
 THEORY_CODE = source_digest("theory", "objectives", "diagnostics")
 
