@@ -30,6 +30,8 @@ def _set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 bench_app = typer.Typer(no_args_is_help=True, help="Speed and memory benchmarks (ratios, side by side).")
 app.add_typer(bench_app, name="bench")
+data_app = typer.Typer(no_args_is_help=True, help="Benchmark files: download once, pin by sha256.")
+app.add_typer(data_app, name="data")
 
 
 @app.command()
@@ -121,34 +123,70 @@ def eval_(
     k: Annotated[int | None, typer.Option(help="Samples per problem (default: the benchmark's).")] = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N problems.")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Offline mirror of the datasets.")] = None,
+    lock: Annotated[Path | None, typer.Option(
+        help="Data lock written by `repro data pin` (sha256 pins; its data_dir unless "
+             "--data-dir is given).")] = None,
     checkpoint: Annotated[str, typer.Option(help="Label stored with the results.")] = "final",
     engine: Annotated[str, typer.Option(help="auto (vLLM on a GPU, else HF), hf or vllm.")] = "auto",
     batch_size: Annotated[int, typer.Option(help="Prompts per generate call.")] = 8,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     temperature: Annotated[float | None, typer.Option(help="Override the benchmark's temperature.")] = None,
+    top_p: Annotated[float | None, typer.Option(help="Override the benchmark's top_p.")] = None,
+    top_k: Annotated[int | None, typer.Option(help="Override the benchmark's top_k (0 = off).")] = None,
+    min_p: Annotated[float | None, typer.Option(help="Override the benchmark's min_p.")] = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="Override the generation budget.")] = None,
     workers: Annotated[int, typer.Option(help="Parallel grading workers.")] = 2,
     unsafe_no_sandbox: Annotated[
         bool, typer.Option("--unsafe-no-sandbox", help="Run generated code WITHOUT bubblewrap (recorded).")
     ] = False,
 ) -> None:
-    """Evaluate a model on a benchmark: k samples per problem, graded, written as Parquet."""
+    """Evaluate a model on a benchmark: k samples per problem, graded, written as Parquet.
+    Every benchmark and data set is loaded and checked before the model is."""
     from repro.benchmarks import DatasetUnavailable
     from repro.evaluation.runner import EvalConfig, run_eval_suite
     from repro.sandbox import SandboxUnavailable
 
-    overrides = {"temperature": temperature, "max_new_tokens": max_new_tokens}
-    cfg = EvalConfig(
-        model=model, benchmark=benchmark[0], out=out, k=k, limit=limit, data_dir=data_dir,
-        checkpoint=checkpoint, engine=engine, batch_size=batch_size, seed=seed,
-        sampling={key: v for key, v in overrides.items() if v is not None}, workers=workers,
-        unsafe_no_sandbox=unsafe_no_sandbox,
-    )
+    overrides = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p,
+                 "max_new_tokens": max_new_tokens}
     try:
+        cfg = EvalConfig(
+            model=model, benchmark=benchmark[0], out=out, k=k, limit=limit, data_dir=data_dir, lock=lock,
+            checkpoint=checkpoint, engine=engine, batch_size=batch_size, seed=seed,
+            sampling={key: v for key, v in overrides.items() if v is not None}, workers=workers,
+            unsafe_no_sandbox=unsafe_no_sandbox,
+        )
         run_eval_suite(cfg, benchmark, split)
     except (DatasetUnavailable, SandboxUnavailable, ValueError) as err:
         typer.echo(f"repro eval: {err}", err=True)
         raise typer.Exit(2) from None
+
+
+@data_app.command("pin")
+def data_pin(
+    benchmark: Annotated[list[str], typer.Option(
+        help="Benchmarks whose files to fetch and pin (aime25, hmmt25, livecodebench, lcb-train, "
+             "openr1-math); repeat for several.")],
+    data_dir: Annotated[Path, typer.Option(
+        help="Mirror folder (hub layout, DATA_DIR/<dataset id>/...); missing files are "
+             "downloaded into it.")],
+    lock: Annotated[Path, typer.Option(help="Lock file to write (merged if it exists).")] = Path(
+        "data.lock.yaml"),
+) -> None:
+    """Download each benchmark's files once, sha256 them, and write the pins into the lock that
+    `repro eval --lock`, training and the pipeline (config `data_lock`) read."""
+    from repro.benchmarks import DatasetUnavailable, get_benchmark
+    from repro.benchmarks.pins import pin
+
+    try:
+        specs = [get_benchmark(name) for name in benchmark]
+        written = pin(specs, data_dir, lock)
+    except (DatasetUnavailable, ValueError) as err:
+        typer.echo(f"repro data pin: {err}", err=True)
+        raise typer.Exit(2) from None
+    for dataset, entry in sorted(written["datasets"].items()):
+        for name, digest in sorted(entry["sha256"].items()):
+            typer.echo(f"{dataset}@{entry['revision']} {name} {digest}")
+    typer.echo(f"-> {lock}")
 
 
 @bench_app.command("objectives")

@@ -9,6 +9,8 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from repro.results.manifest import quarantine
+from repro.benchmarks import get_benchmark
+from repro.benchmarks.pins import missing_pins, pins_for, read_lock
 from repro.training.export import frac_label  # the trainer's spelling of policy/frac=F
 
 
@@ -32,6 +34,30 @@ check_names("ablations.group_algorithms", config["ablations"]["group_algorithms"
 check_names("report", [config["report"]["baseline"], config["report"]["proposed"]], "algorithms")
 
 
+def data_lock():
+    """The `repro data pin` lock named by config data_lock, if that file exists."""
+    path = config["data_lock"]
+    return read_lock(Path(path)) if path and Path(path).is_file() else None
+
+
+def check_pins(lock) -> None:
+    """Jobs that read LiveCodeBench need its shards pinned: say which are missing now, at parse
+    time, instead of planning evaluation and training jobs that would die on them."""
+    names = sorted(set(config["eval"]["benchmarks"]) | set(config["train"].get("tasks", {})))
+    missing = missing_pins([get_benchmark(name) for name in names], lock)
+    if missing:
+        lacking = "; ".join(f"{name} lacks {files}" for name, files in missing.items())
+        where = config["data_lock"] if lock else f"{config['data_lock']} (no such file)"
+        raise ValueError(
+            f"config: LiveCodeBench sha256 pins missing in data_lock {where}: {lacking}. Pin "
+            f"them once where the hub is reachable: repro data pin "
+            + " ".join(f"--benchmark {name}" for name in missing)
+            + f" --data-dir DATA_DIR --lock {config['data_lock'] or 'data.lock.yaml'}"
+        )
+
+
+LOCK = data_lock()
+check_pins(LOCK)
 FRACTIONS = [frac_label(f) for f in config["eval"]["fractions"]]
 FINAL = frac_label(max(config["eval"]["fractions"]))
 MAIN_G = int(config["train"]["group_size"])
@@ -56,11 +82,12 @@ def source_digest(*parts: str) -> str:
 
 
 TRAIN_CODE = source_digest("objectives", "training", "engines", "models", "generation", "graders",
-                           "sandbox", "tasks", "benchmarks", "diagnostics", "results", "atomic.py")
+                           "sandbox", "tasks", "benchmarks", "diagnostics", "results", "atomic.py",
+                           "progress.py")
 SFT_CODE = source_digest("training", "models", "tasks", "benchmarks", "generation", "graders",
                          "atomic.py")
 EVAL_CODE = source_digest("evaluation", "generation", "graders", "sandbox", "benchmarks", "tasks",
-                          "models", "results", "atomic.py")
+                          "models", "results", "atomic.py", "progress.py")
 REPORT_CODE = source_digest("reporting", "results", "evaluation", "diagnostics", "benchmarks")
 THEORY_CODE = source_digest("theory", "objectives", "diagnostics")
 
@@ -259,7 +286,7 @@ def run_config(wildcards) -> dict:
     """The resolved TrainConfig of one run (written to its config.yaml)."""
     entry = config["algorithms"][wildcards.algo]
     g = int(wildcards.group_size)
-    return config["train"] | {
+    return config["train"] | lock_settings() | {
         "model": start_policy(wildcards.model),
         "algorithm": entry["algorithm"],
         "objective": entry.get("objective", {}),
@@ -268,6 +295,19 @@ def run_config(wildcards) -> dict:
         "prompts_per_step": prompts_per_step(g),
         "checkpoint_fractions": [float(f) for f in FRACTIONS],
     }
+
+
+def lock_settings() -> dict:
+    """Training's view of the lock: LCB pins and the mirror, when a task reads hub files."""
+    real = [get_benchmark(n) for n in config["train"].get("tasks", {})]
+    real = [spec for spec in real if spec.source != "synthetic"]
+    if LOCK is None or not real:
+        return {}
+    pins = {k: v for spec in real if spec.source == "lcb_jsonl" for k, v in pins_for(spec, LOCK).items()}
+    settings = {"sha256_pins": config["train"].get("sha256_pins", {}) | pins}
+    if config["train"].get("data_dir") is None and LOCK["data_dir"] is not None:
+        settings["data_dir"] = str(LOCK["data_dir"])
+    return settings
 
 
 def eval_options() -> str:
@@ -281,9 +321,10 @@ def eval_options() -> str:
         opts.append(f"--limit {e['limit']}")
     if e["data_dir"] is not None:
         opts.append(f"--data-dir {e['data_dir']}")
-    for key in ("temperature", "max_new_tokens"):
-        if key in e["sampling"]:
-            opts.append(f"--{key.replace('_', '-')} {e['sampling'][key]}")
+    if LOCK is not None:
+        opts.append(f"--lock {config['data_lock']}")
+    for key, value in e["sampling"].items():  # the schema admits only `repro eval` options
+        opts.append(f"--{key.replace('_', '-')} {value}")
     return " ".join(opts)
 
 

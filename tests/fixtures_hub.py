@@ -125,8 +125,8 @@ def write_aime(data_dir: Path, commit: str | None = None, rows: list[dict] | Non
     return _write_matharena(Path(data_dir) / AIME_ID, AIME_ID, rows or AIME_ROWS, commit)
 
 
-def write_hmmt(data_dir: Path, commit: str | None = None) -> Path:
-    return _write_matharena(Path(data_dir) / HMMT_ID, HMMT_ID, HMMT_ROWS, commit)
+def write_hmmt(data_dir: Path, commit: str | None = None, rows: list[dict] | None = None) -> Path:
+    return _write_matharena(Path(data_dir) / HMMT_ID, HMMT_ID, rows or HMMT_ROWS, commit)
 
 
 def write_lcb(data_dir: Path, commit: str | None = None) -> dict[str, str]:

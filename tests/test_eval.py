@@ -50,7 +50,7 @@ class ScriptedEngine:
         self.tokenizer = tokenizer
         self.answers = answers
 
-    def generate(self, prompts, sampling, *, return_logprobs=False):
+    def generate(self, prompts, sampling, *, keys=None, return_logprobs=False):
         rows = []
         for prompt in prompts:
             good = next(a for key, a in self.answers.items() if key in prompt)

@@ -1,4 +1,5 @@
-"""Generation engines: HF on the tiny Qwen3 (CPU), vLLM's conversion logic against a fake vllm."""
+"""Generation engines: HF on the tiny Qwen3 (CPU), vLLM's conversion logic against a fake vllm,
+and the per-sample random streams both share."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from repro.generation.base import SamplingConfig
 from repro.generation.factory import resolve_engine
 from repro.generation.hf import HFEngine
+from repro.generation.streams import stream_seed
 from repro.models import TinyModelConfig, build_tiny
 
 
@@ -60,6 +62,42 @@ def test_a_sampled_pad_ends_the_response_and_is_dropped(tiny):
     finally:
         head.bias = None
     assert [(c.token_ids, c.finish_reason) for row in out for c in row] == [((), "stop")] * 2
+
+
+def test_hf_streams_ignore_batching_order_and_neighbours(tiny):
+    """Each sample's stream is (seed, key, index) alone: batch size 1, 7 or 30 and the prompt
+    order give identical completions, and identical prompts of two problems differ."""
+    model, tok = tiny
+    prompts = prompts_for(tok, 30)
+    keys = [f"bench/{i}" for i in range(30)]
+    sampling = SamplingConfig(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=6, n=2, seed=4)
+
+    def ids(out):
+        return [[c.token_ids for c in row] for row in out]
+
+    by_size = {bs: ids(HFEngine(model, tok, batch_size=bs).generate(prompts, sampling, keys=keys))
+               for bs in (1, 7, 30)}
+    assert by_size[1] == by_size[7] == by_size[30]
+    assert len({row[0] for row in by_size[1]}) > 20  # samples really are random
+    backwards = HFEngine(model, tok, batch_size=30).generate(prompts[::-1], sampling,
+                                                            keys=keys[::-1])
+    assert ids(backwards)[::-1] == by_size[30]
+    twins = HFEngine(model, tok, batch_size=2).generate([prompts[0]] * 2, sampling,
+                                                       keys=["bench/a", "bench/b"])
+    assert ids(twins)[0] != ids(twins)[1]
+    with pytest.raises(ValueError, match="2 prompts but 1 keys"):
+        HFEngine(model, tok).generate(prompts[:2], sampling, keys=["x"])
+
+
+def test_hf_engine_top_k_one_is_the_argmax(tiny):
+    """The warpers act before the noise: top_k = 1 leaves no choice, whatever the stream."""
+    model, tok = tiny
+    prompt = prompts_for(tok, 1)
+    (sampled,), = HFEngine(model, tok).generate(
+        prompt, SamplingConfig(temperature=1.0, top_k=1, max_new_tokens=6, seed=9))
+    (greedy,), = HFEngine(model, tok).generate(prompt, SamplingConfig(temperature=0.0,
+                                                                      max_new_tokens=6))
+    assert sampled.token_ids == greedy.token_ids
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5])
@@ -157,12 +195,15 @@ def test_vllm_engine_maps_sampling_and_outputs(monkeypatch):
 
     engine = VLLMEngine("some/model", seed=3)
     sampling = SamplingConfig(top_k=0, n=2, seed=10, max_new_tokens=7)
-    out = engine.generate(["a", "b"], sampling, return_logprobs=True)
+    out = engine.generate(["a", "b"], sampling, keys=["aime25/1", "aime25/2"], return_logprobs=True)
     params = engine.llm.params
-    assert [p["seed"] for p in params] == [10, 11]  # distinct seeds per request
+    # one request per sample, each seeded by its own stream (not by its position in the call)
+    assert [p["seed"] for p in params] == [stream_seed(10, k, j)
+                                           for k in ("aime25/1", "aime25/2") for j in (0, 1)]
+    assert {p["n"] for p in params} == {1}
     assert params[0]["top_k"] == -1 and params[0]["max_tokens"] == 7 and params[0]["logprobs"] == 0
-    assert [c.text for c in out[1]] == ["b-0", "b-1"]
-    assert [c.finish_reason for c in out[0]] == ["stop", "length"]
+    assert [c.text for c in out[1]] == ["b-0", "b-0"]
+    assert [c.finish_reason for c in out[0]] == ["stop", "stop"]
     assert out[0][0].logprobs == (-0.5, -1.5)
     # evaluation renders prompts with the engine's tokenizer; no GPU visible -> one-way TP
     assert engine.tokenizer == "the model's tokenizer"

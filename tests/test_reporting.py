@@ -51,7 +51,8 @@ def write_train(root: Path, algo: str, seed: int, rewards: list[float],
     for i, reward in enumerate(rewards):
         metrics = dict.fromkeys(TRAIN_LOG_METRICS + TRAIN_LOG_TIMING, 0.5)
         metrics |= {"reward_mean": reward, "entropy": 1.0 - 0.05 * i, "asym": ASYM[i],
-                    "kl_template": float("nan"), "logodds_drift": -0.1 * i}
+                    "kl_template": float("nan"), "logodds_drift": -0.1 * i,
+                    "grader_errors": float(i % 3 == 0)}  # steps 1, 4, 7, 10: 4 per run
         rows.append(metrics | {
             "algorithm": algo, "objective": algo.split("_")[0], "seed": seed, "step": i + 1,
             "gen_tokens": TOKENS_PER_STEP, "gen_tokens_cum": TOKENS_PER_STEP * (i + 1),
@@ -68,7 +69,7 @@ def write_eval(root: Path, algo: str, seed: int, bench: str, correct: np.ndarray
     common = {"model": "ckpt", "checkpoint": "final", "benchmark": bench, "revision_hash": "r",
               "k": K, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0,
               "max_new_tokens": 64, "seed": 99, "engine": "hf", "grader_version": "1",
-              "sandbox_mode": "none"}
+              "grader_compat": "default", "sandbox_mode": "none"}
     samples, problems = [], []
     for p, row in enumerate(correct):
         pid = {"problem_id": f"p{p}", "problem_hash": f"h{p}"}
@@ -78,7 +79,8 @@ def write_eval(root: Path, algo: str, seed: int, bench: str, correct: np.ndarray
         } for i, ok in enumerate(row)]
         c = int(row.sum())
         problems.append(common | pid | {"n": K, "c": c, "avg": c / K, "pass_at_k": float(c > 0),
-                                        "truncated_frac": 0.0, "no_answer_frac": 0.0})
+                                        "truncated_frac": 0.0, "no_answer_frac": 0.0,
+                                        "grader_errors": 0})
     write_table(samples, EVAL_SAMPLES, folder / "samples.parquet")
     write_table(problems[::-1], EVAL_PROBLEMS, folder / "problems.parquet")
     return folder / "problems.parquet"
@@ -198,6 +200,7 @@ def test_threshold_and_mechanism_values(world):
     assert means["entropy_final"] == pytest.approx(1 - 0.05 * (STEPS - 1))
     assert means["abs_drift_mean"] == pytest.approx(np.mean(0.1 * np.arange(STEPS)))
     assert means["jitter2"] == pytest.approx(2 / (STEPS - 2))  # one kink of height 1 -> two |1|
+    assert means["grader_errors"] == 4  # total per run, mean over seeds
 
 
 def md_rows(path: Path) -> dict[str, str]:

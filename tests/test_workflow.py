@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted(p.name for p in (ROOT / "config" / "presets").glob("*.yaml"))
@@ -69,21 +70,57 @@ def copy_workflow(dest: Path, extra: tuple[str, ...] = ()) -> Path:
     return dest
 
 
+@pytest.fixture(scope="module")
+def lock(tmp_path_factory) -> str:
+    """A data lock as `repro data pin` writes it, pinning every LCB shard (digits made up: a
+    dry run reads no data)."""
+    path = tmp_path_factory.mktemp("lock") / "data.lock.yaml"
+    shards = ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, 7)]
+    path.write_text(yaml.safe_dump({"data_dir": "hub-data", "datasets": {
+        "livecodebench/code_generation_lite": {
+            "revision": "main", "resolved_revision": None,
+            "sha256": {name: f"{i:064x}" for i, name in enumerate(shards)}}}}))
+    return str(path)
+
+
 @pytest.mark.parametrize("preset", [None, *PRESETS])
-def test_dry_run_of_every_preset(preset):
+def test_dry_run_of_every_preset(preset, lock):
     # --forceall: the whole DAG, whatever outputs this checkout already holds
-    args = ["-n", "-F", "--nolock", "--cores", "2"] + (["--configfile", f"config/presets/{preset}"]
-                                                  if preset else [])
+    args = ["-n", "-F", "--nolock", "--cores", "2", "--config", f"data_lock={lock}"] + (
+        ["--configfile", f"config/presets/{preset}"] if preset else [])
     planned = jobs_planned(ok(snakemake(*args)))
     assert planned.get("train", 0) >= 2 and planned.get("evaluate", 0) >= 2, planned
     assert {"aggregate", "tables", "figures"} <= set(planned), planned
 
 
-def test_paper_preset_runs_real_models_with_vllm_and_avg_at_32():
+def test_paper_preset_runs_real_models_with_vllm_and_avg_at_32(lock):
     out = ok(snakemake("-n", "-F", "-p", "--nolock", "--cores", "2", "--configfile",
-                       "config/presets/paper-qwen3-32b.yaml"))
+                       "config/presets/paper-qwen3-32b.yaml", "--config", f"data_lock={lock}"))
     assert "--model Qwen/Qwen3-32B" in out and "--engine vllm" in out and "--k 32" in out
     assert "--benchmark aime25 --benchmark hmmt25 --benchmark livecodebench" in out
+    assert f"--lock {lock}" in out
+
+
+@pytest.mark.parametrize("preset", ["paper-qwen3-32b.yaml", "paper-qwen3-next-80b.yaml"])
+def test_paper_preset_without_lcb_pins_names_them_at_parse_time(preset, tmp_path):
+    proc = snakemake("-n", "--nolock", "--configfile", f"config/presets/{preset}", "--config",
+                     f"data_lock={tmp_path / 'none.yaml'}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Job stats" not in out, out
+    assert "lcb-train lacks ['test.jsonl'" in out and "livecodebench lacks ['test6.jsonl']" in out
+    assert "repro data pin --benchmark lcb-train --benchmark livecodebench" in out
+
+
+def test_every_eval_sampling_key_reaches_repro_eval(tmp_path):
+    cfg = tmp_path / "sampling.yaml"
+    cfg.write_text("eval: {sampling: {temperature: 0.7, top_p: 0.9, top_k: 5, min_p: 0.05, "
+                   "max_new_tokens: 64}}\n")
+    out = ok(snakemake("-n", "-F", "-p", "--nolock", "--cores", "2", "--configfile", str(cfg)))
+    assert ("--temperature 0.7 --top-p 0.9 --top-k 5 --min-p 0.05 --max-new-tokens 64" in out), out
+    cfg.write_text("eval: {sampling: {presence_penalty: 1.5}}\n")
+    proc = snakemake("-n", "--nolock", "--configfile", str(cfg))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "presence_penalty" in out and "Job stats" not in out, out
 
 
 def test_slurm_profile_turns_train_and_eval_into_gpu_jobs():

@@ -57,14 +57,14 @@ def load_problems(
 ) -> tuple[list[Problem], dict[str, Any]]:
     """Problems of one benchmark (first `limit` if given) and their provenance.
 
-    LCB only: `release` tag (default the spec's), contest-date window (default the spec's when
-    the tag is the default one; bounds inclusive), and `sha256_pins` (file -> sha256, merged
-    over the spec's) that gate decoding pickled private tests.
+    `sha256_pins` (repo file -> sha256, e.g. from a `repro data pin` lock): a pinned file whose
+    bytes differ is refused (ShardIntegrityError). For LCB they are merged over the spec's and
+    gate decoding pickled private tests. LCB only: `release` tag (default the spec's) and
+    contest-date window (default the spec's when the tag is the default one; bounds inclusive).
     """
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
-    lcb_args = {"release": release, "start_date": start_date, "end_date": end_date,
-                "sha256_pins": sha256_pins}
+    lcb_args = {"release": release, "start_date": start_date, "end_date": end_date}
     if spec.source != "lcb_jsonl":
         given = [key for key, value in lcb_args.items() if value is not None]
         if given:
@@ -72,9 +72,9 @@ def load_problems(
     if spec.source == "synthetic":
         problems, provenance = _load_synthetic(spec)
     elif spec.source == "hub":
-        problems, provenance = _load_parquet(spec, data_dir)
+        problems, provenance = _load_parquet(spec, data_dir, sha256_pins or {})
     else:
-        problems, provenance = _load_lcb(spec, data_dir, **lcb_args)
+        problems, provenance = _load_lcb(spec, data_dir, sha256_pins=sha256_pins, **lcb_args)
     whole = provenance.pop("default_selection") and limit is None
     problems = problems[:limit]
     provenance.update(count=len(problems), revision_hash=revision_hash(problems))
@@ -87,14 +87,19 @@ def load_problems(
     return problems, provenance
 
 
-def _load_parquet(spec: BenchmarkSpec, data_dir: Path | None) -> tuple[list[Problem], dict]:
-    files, provenance = _locate(spec, spec.files, data_dir)
+def _load_parquet(
+    spec: BenchmarkSpec, data_dir: Path | None, pins: dict[str, str]
+) -> tuple[list[Problem], dict]:
+    files, provenance = locate(spec, spec.files, data_dir)
+    digests = {name: sha256_file(path) for name, path in files.items()}
+    for name, digest in digests.items():
+        lcb.check_pin(name, digest, pins)
     problems = [
         row_to_problem(spec, row)
         for path in files.values()
         for row in pq.read_table(path).to_pylist()
     ]
-    provenance["files"] = {name: _sha256(path) for name, path in files.items()}
+    provenance["files"] = digests
     return problems, provenance | {"default_selection": True}
 
 
@@ -113,7 +118,7 @@ def _load_lcb(
                             spec.start_date if default else None)
     end = lcb.as_datetime(end_date if end_date is not None else spec.end_date if default else None)
     names = lcb.shards_for_release(tag, spec.shards)
-    files, provenance = _locate(spec, names, data_dir)
+    files, provenance = locate(spec, names, data_dir)
     pins = {**spec.sha256, **(sha256_pins or {})}
     problems: list[Problem] = []
     digests: dict[str, str] = {}
@@ -155,7 +160,7 @@ def _load_synthetic(spec: BenchmarkSpec) -> tuple[list[Problem], dict]:
     return problems, provenance | {"default_selection": True}
 
 
-def _locate(
+def locate(
     spec: BenchmarkSpec, patterns: tuple[str, ...], data_dir: Path | None
 ) -> tuple[dict[str, Path], dict[str, Any]]:
     """Files matching `patterns` (repo-relative name -> path), and where they came from."""
@@ -167,7 +172,7 @@ def _locate(
                 f"{spec.dataset}: {missing} not found under {root}. Fetch with:\n  "
                 + fetch_command(spec, patterns, data_dir)
             )
-        resolved = _local_commit(root, files)
+        resolved = local_commit(root, files)
         if re.fullmatch(r"[0-9a-f]{40}", spec.revision) and resolved not in (None, spec.revision):
             raise DatasetUnavailable(
                 f"{spec.dataset}: {root} holds commit {resolved}, but the spec pins "
@@ -209,6 +214,30 @@ def _locate(
     }
 
 
+def download(spec: BenchmarkSpec, patterns: tuple[str, ...], data_dir: Path) -> None:
+    """Put the files matching `patterns` under `data_dir/<dataset id>` (what `hf download
+    --local-dir` writes, commit metadata included), unless they are already there."""
+    root = Path(data_dir) / spec.dataset
+    if not _match(root, patterns)[1]:
+        return
+    if _offline():
+        raise DatasetUnavailable(
+            f"{spec.dataset}: files {list(patterns)} are not under {root} and HF_HUB_OFFLINE is "
+            "set; run this where the hub is reachable, or fetch with:\n  "
+            + fetch_command(spec, patterns, data_dir)
+        )
+    try:
+        huggingface_hub.snapshot_download(
+            spec.dataset, repo_type="dataset", revision=spec.revision,
+            allow_patterns=list(patterns), local_dir=root,
+        )
+    except (HfHubHTTPError, ConnectionError, LocalEntryNotFoundError) as exc:
+        raise DatasetUnavailable(
+            f"{spec.dataset}@{spec.revision}: download failed ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
+
+
 def fetch_command(spec: BenchmarkSpec, patterns: tuple[str, ...], data_dir: Path | None) -> str:
     """The one `hf download` that puts the needed files where `--data-dir` looks for them."""
     local_dir = Path(data_dir or "DATA_DIR") / spec.dataset
@@ -237,7 +266,7 @@ def _match(root: Path, patterns: tuple[str, ...]) -> tuple[dict[str, Path], list
     return files, missing
 
 
-def _local_commit(root: Path, files: dict[str, Path]) -> str | None:
+def local_commit(root: Path, files: dict[str, Path]) -> str | None:
     """The commit `hf download --local-dir` recorded for these files, if one and the same."""
     commits = set()
     for name in files:
@@ -246,7 +275,7 @@ def _local_commit(root: Path, files: dict[str, Path]) -> str | None:
     return commits.pop() if len(commits) == 1 else None
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

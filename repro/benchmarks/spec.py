@@ -19,6 +19,7 @@ import yaml
 
 from repro.benchmarks.lcb import shards_for_release
 from repro.generation.base import SamplingConfig
+from repro.graders.base import COMPAT_MODES
 
 KINDS = ("math", "code")
 SOURCES = ("hub", "lcb_jsonl", "synthetic")
@@ -31,7 +32,10 @@ REQUIRED_TARGETS = {
     "code": ("problem_id", "question", "tests.public", "tests.private"),
 }
 
-_COMMON = ("name", "description", "kind", "source", "template", "grader", "default_k", "sampling")
+_COMMON = (
+    "name", "description", "kind", "source", "template", "grader", "default_k", "sampling",
+    "compat",
+)
 _BY_SOURCE = {
     "hub": ("dataset", "revision", "split", "files", "fields", "expected_count"),
     "lcb_jsonl": (
@@ -40,7 +44,7 @@ _BY_SOURCE = {
     ),
     "synthetic": ("twin", "generator", "split", "n", "seed"),
 }
-_OPTIONAL = ("expected_count", "sha256")
+_OPTIONAL = ("expected_count", "sha256", "compat")
 
 
 class BenchmarkSpecError(ValueError):
@@ -58,6 +62,7 @@ class BenchmarkSpec:
     default_k: int  # samples per problem for avg@k
     sampling: Mapping[str, float]  # SamplingConfig fields except n and seed (the run sets those)
     split: str
+    compat: str = "default"  # grader convention (graders.base.COMPAT_MODES); results record it
     fields: Mapping[str, str] = field(default_factory=dict)  # hub field -> Problem target
     dataset: str | None = None  # hub dataset id
     revision: str = "main"  # branch, tag or commit; the loader records the resolved commit
@@ -141,6 +146,10 @@ def parse_spec(raw: Any, path: Path) -> BenchmarkSpec:
     if grader != kind:
         raise fail("grader", f"must match kind {kind!r}", grader)
     default_k = integer("default_k", 1)
+    modes = COMPAT_MODES[grader]
+    compat = raw.get("compat", modes[0])
+    if compat not in modes:
+        raise fail("compat", f"must be one of {list(modes)} for the {grader} grader", compat)
     sampling = raw["sampling"]
     if not isinstance(sampling, dict):
         raise fail("sampling", "must be a mapping", sampling)
@@ -159,6 +168,7 @@ def parse_spec(raw: Any, path: Path) -> BenchmarkSpec:
     values: dict[str, Any] = dict(
         name=name, description=text("description"), kind=kind, source=source, template=template,
         grader=grader, default_k=default_k, sampling=dict(sampling), split=text("split"), path=path,
+        compat=compat,
     )
     if source in ("hub", "lcb_jsonl"):
         values.update(dataset=text("dataset"), revision=text("revision"))

@@ -47,9 +47,12 @@ class ProblemReward:
 
     def __init__(self, rewarder: Rewarder, problems: list[Any]) -> None:
         self.rewarder, self.problems = rewarder, problems
+        self.failures = 0  # grader errors/timeouts of the latest call (this process's rows)
 
     def __call__(self, prompts, completions, problem_key, **_: Any) -> list[float]:
-        return self.rewarder([(self.problems[k], c) for k, c in zip(problem_key, completions)])
+        rewards = self.rewarder([(self.problems[k], c) for k, c in zip(problem_key, completions)])
+        self.failures = self.rewarder.last_failures
+        return rewards
 
 
 def prompt_dataset(stream: PromptStream, tok, first: int, last: int):
@@ -131,7 +134,8 @@ class RunLog(TrainerCallback):
         entropy = self.entropy[0] / max(self.entropy[1], 1)
         row = step_row(cfg, st, self.n_params, cfg.kl_coef > 0, roll["lengths"], roll["reward"],
                        roll["truncated"], entropy, roll["zero_adv_frac"], self.updates,
-                       roll["seconds"], time.perf_counter() - self.t_end_rollout)
+                       roll["seconds"], time.perf_counter() - self.t_end_rollout,
+                       roll["grader_errors"])
         row |= probe_row(self.probes, model, st)
         row |= {"algorithm": self.label, "objective": cfg.algorithm, "seed": cfg.seed,
                 "step": step}

@@ -113,8 +113,10 @@ class ReproGRPOTrainer(GRPOTrainer):
             truncated = ~torch.isin(out["completion_ids"], eos).any(-1)
             lengths = self.accelerator.gather(mask.sum(-1)).cpu()
             truncated = self.accelerator.gather(truncated).cpu()
+            failures = torch.tensor([getattr(self.reward_funcs[0], "failures", 0)], device=device)
             self.sink.rollout(reward=reward.float(), lengths=lengths, truncated=truncated,
                               zero_adv_frac=info["zero_adv_frac"],
+                              grader_errors=int(self.accelerator.gather(failures).sum()),
                               seconds=time.perf_counter() - t0)
         return out
 

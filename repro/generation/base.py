@@ -16,7 +16,8 @@ class SamplingConfig:
     min_p: float = field(default=0.0, metadata={"help": "Drop tokens below min_p * p_max."})
     max_new_tokens: int = field(default=38912, metadata={"help": "Generation budget per sample."})
     n: int = field(default=1, metadata={"help": "Samples per prompt (k of avg@k)."})
-    seed: int = field(default=0, metadata={"help": "Base seed; sample j of a prompt uses seed + j."})
+    seed: int = field(default=0, metadata={
+        "help": "Run seed; sample j of the prompt keyed K draws from stream (seed, K, j)."})
 
     def __post_init__(self) -> None:
         checks = [
@@ -48,10 +49,14 @@ class Completion:
 
 
 class Engine(Protocol):
-    """Generates `sampling.n` completions for each prompt (a chat-templated string)."""
+    """Generates `sampling.n` completions for each prompt (a chat-templated string).
+
+    `keys` name the prompts' random streams (evaluation: "benchmark/problem_id"); without them
+    a prompt's stream is its position in the call (streams.default_keys)."""
 
     name: str
 
     def generate(
-        self, prompts: list[str], sampling: SamplingConfig, *, return_logprobs: bool = False
+        self, prompts: list[str], sampling: SamplingConfig, *, keys: list[str] | None = None,
+        return_logprobs: bool = False,
     ) -> list[list[Completion]]: ...

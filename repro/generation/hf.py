@@ -1,9 +1,10 @@
 """HF transformers engine: batched sampling with the KV cache, on CPU or one GPU.
 
 Prompts are left-padded so that every row's generation starts at the same position. The k
-samples of a prompt come from one `generate` call with num_return_sequences = k under a torch
-generator seeded from `sampling.seed` and the batch index, so a rerun reproduces the same
-completions (batch composition matters: keep batch_size fixed when comparing runs).
+samples of a prompt come from one `generate` call with num_return_sequences = k; each sample
+draws from its own random stream seeded by (sampling.seed, the prompt's key, sample index)
+(`repro.generation.streams`), so completions do not depend on batch size, batch composition
+or order.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from repro.generation.base import Completion, SamplingConfig
+from repro.generation.streams import default_keys, sampling_processors
 
 
 class HFEngine:
@@ -29,17 +31,22 @@ class HFEngine:
             raise ValueError("HFEngine: the tokenizer has no pad token; set tokenizer.pad_token")
 
     def generate(
-        self, prompts: list[str], sampling: SamplingConfig, *, return_logprobs: bool = False
+        self, prompts: list[str], sampling: SamplingConfig, *, keys: list[str] | None = None,
+        return_logprobs: bool = False,
     ) -> list[list[Completion]]:
+        keys = default_keys(len(prompts)) if keys is None else keys
+        if len(keys) != len(prompts):
+            raise ValueError(f"HFEngine.generate: {len(prompts)} prompts but {len(keys)} keys")
         out: list[list[Completion]] = []
         for start in range(0, len(prompts), self.batch_size):
-            chunk = prompts[start : start + self.batch_size]
-            out.extend(self._generate_batch(chunk, sampling, start, return_logprobs))
+            end = start + self.batch_size
+            out.extend(self._generate_batch(prompts[start:end], keys[start:end], sampling,
+                                            return_logprobs))
         return out
 
     @torch.no_grad()
     def _generate_batch(
-        self, prompts: list[str], sampling: SamplingConfig, offset: int, return_logprobs: bool
+        self, prompts: list[str], keys: list[str], sampling: SamplingConfig, return_logprobs: bool
     ) -> list[list[Completion]]:
         tok = self.tokenizer
         side = tok.padding_side
@@ -49,29 +56,21 @@ class HFEngine:
         finally:
             tok.padding_side = side
         device = next(self.model.parameters()).device
-        enc = {k: v.to(device) for k, v in enc.items()}
-        greedy = sampling.temperature == 0
+        # k rows per prompt, prompt-major (greedy search refuses num_return_sequences > 1)
+        enc = {k: v.to(device).repeat_interleave(sampling.n, dim=0) for k, v in enc.items()}
         kwargs = {
             "max_new_tokens": sampling.max_new_tokens,
-            "num_return_sequences": sampling.n,
             "pad_token_id": tok.pad_token_id,
             "eos_token_id": tok.eos_token_id,
             "return_dict_in_generate": True,
             "output_logits": return_logprobs,
+            # greedy search over scores that carry per-row noise when sampling (streams.py)
+            "do_sample": False, "top_k": None, "top_p": None, "temperature": None,
+            "min_p": None,
         }
-        if greedy:
-            kwargs |= {"do_sample": False, "top_k": None, "top_p": None, "temperature": None}
-        else:
-            kwargs |= {
-                "do_sample": True,
-                "temperature": sampling.temperature,
-                "top_p": sampling.top_p,
-                "top_k": sampling.top_k or None,
-                "min_p": sampling.min_p or None,
-            }
-        with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device]):
-            torch.manual_seed(sampling.seed * 1_000_003 + offset)
-            result = self.model.generate(**enc, **kwargs)
+        if sampling.temperature > 0:
+            kwargs["logits_processor"] = sampling_processors(sampling, keys)
+        result = self.model.generate(**enc, **kwargs)
         new = result.sequences[:, enc["input_ids"].shape[1] :]
         logps = None
         if return_logprobs:  # log-probs of the sampling policy softmax(logits / T), as the

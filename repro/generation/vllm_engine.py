@@ -1,4 +1,8 @@
-"""vLLM engine for GPUs: one request per prompt with n = k, per-request seed.
+"""vLLM engine for GPUs: one request per sample, each with its own seed.
+
+Sample j of the prompt keyed K gets seed `stream_seed(seed, K, j)` (repro.generation.streams),
+so its completion does not depend on the batch, the order or the other samples; vLLM's prefix
+cache shares the prompt's KV blocks between the k requests of a prompt.
 
 vLLM is an optional dependency (`pip install 'dfpo-repro[gpu]'`); importing this module never
 imports vllm, constructing the engine does.
@@ -9,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from repro.generation.base import Completion, SamplingConfig
+from repro.generation.streams import default_keys, stream_seed
 
 
 def _vllm() -> Any:
@@ -50,25 +55,34 @@ class VLLMEngine:
         )
         self.tokenizer = self.llm.get_tokenizer()  # prompts are rendered with its chat template
 
-    def sampling_params(self, sampling: SamplingConfig, index: int, return_logprobs: bool) -> Any:
-        """One request's parameters; request i gets seed + i so samples differ across prompts."""
+    def sampling_params(self, sampling: SamplingConfig, key: str, sample: int,
+                        return_logprobs: bool) -> Any:
+        """One sample's request: n = 1 with the seed of its own stream."""
         return self._sampling_params(
-            n=sampling.n,
+            n=1,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             top_k=sampling.top_k if sampling.top_k > 0 else -1,
             min_p=sampling.min_p,
             max_tokens=sampling.max_new_tokens,
-            seed=sampling.seed + index,
+            seed=stream_seed(sampling.seed, key, sample),
             logprobs=0 if return_logprobs else None,  # 0: the sampled token's own log-prob
         )
 
     def generate(
-        self, prompts: list[str], sampling: SamplingConfig, *, return_logprobs: bool = False
+        self, prompts: list[str], sampling: SamplingConfig, *, keys: list[str] | None = None,
+        return_logprobs: bool = False,
     ) -> list[list[Completion]]:
-        params = [self.sampling_params(sampling, i, return_logprobs) for i in range(len(prompts))]
-        outputs = self.llm.generate(prompts, params)
-        return [[to_completion(o, return_logprobs) for o in req.outputs] for req in outputs]
+        keys = default_keys(len(prompts)) if keys is None else keys
+        if len(keys) != len(prompts):
+            raise ValueError(f"VLLMEngine.generate: {len(prompts)} prompts but {len(keys)} keys")
+        n = sampling.n
+        requests = [prompt for prompt in prompts for _ in range(n)]
+        params = [self.sampling_params(sampling, key, j, return_logprobs)
+                  for key in keys for j in range(n)]
+        outputs = self.llm.generate(requests, params)
+        flat = [to_completion(req.outputs[0], return_logprobs) for req in outputs]
+        return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
 
 def to_completion(output: Any, return_logprobs: bool) -> Completion:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GRADER_VERSION = "1"  # bump when any grading rule changes; stored with every result
+# Bump when any grading rule changes; stored with every result.
+# 2: math compat modes, a trailing period dropped, the grader_error verdict.
+GRADER_VERSION = "2"
 
 PASS = "pass"
 WRONG_ANSWER = "wrong_answer"
@@ -14,11 +16,20 @@ RUNTIME_ERROR = "runtime_error"
 COMPILE_ERROR = "compile_error"
 SANDBOX_ERROR = "sandbox_error"  # the sandbox itself failed; never the program's fault
 GRADER_TIMEOUT = "grader_timeout"  # math: math-verify did not finish in time
-GRADER_ERROR = "grader_error"  # math: the worker died (killed, OOM) on every attempt
+GRADER_ERROR = "grader_error"  # math: math-verify raised, or its worker died (killed, OOM) on every attempt
 VERDICTS = (
     PASS, WRONG_ANSWER, NO_ANSWER, TIME_LIMIT, RUNTIME_ERROR, COMPILE_ERROR, SANDBOX_ERROR,
     GRADER_TIMEOUT, GRADER_ERROR,
 )
+# Verdicts that say the grader, not the completion, failed: scored 0 but counted apart
+# (train log `grader_errors`, problems table `grader_errors`, mechanism table).
+GRADER_FAILURES = (SANDBOX_ERROR, GRADER_TIMEOUT, GRADER_ERROR)
+
+
+# Compatibility modes per grader, the first being the default: whose verdicts a grader
+# reproduces where conventions differ (math: the project's or MathArena's; code: LCB's mocked
+# stdin or real byte streams). A benchmark spec's `compat` picks one; results record it.
+COMPAT_MODES = {"math": ("default", "matharena"), "code": ("lcb", "fixed")}
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from repro.benchmarks.problem import CodeTests, Problem
 from repro.graders.base import (
+    COMPAT_MODES,
     COMPILE_ERROR,
     NO_ANSWER,
     PASS,
@@ -37,7 +38,6 @@ from repro.graders.base import (
 from repro.sandbox import Sandbox, SandboxError, SandboxResult
 
 HARNESS_SOURCE = Path(__file__).with_name("lcb_harness.py").read_bytes()
-COMPAT_MODES = ("lcb", "fixed")  # see lcb_harness: LCB's mocked stdin vs real byte streams
 PYTHON_FLAGS = ("-I", "-S")  # isolated, no site: ~10 ms start-up; the harness recreates exit()
 _HARNESS_VERDICTS = (PASS, WRONG_ANSWER, TIME_LIMIT, RUNTIME_ERROR, COMPILE_ERROR)
 _ATTEMPTS = 2  # a run killed from outside (or failing to start) is repeated once
@@ -88,8 +88,9 @@ class CodeGrader:
                              f"SIGALRM seconds), got {timeout_per_test!r}")
         if workers < 1:
             raise ValueError(f"CodeGrader.workers must be >= 1, got {workers}")
-        if compat not in COMPAT_MODES:
-            raise ValueError(f"CodeGrader.compat must be one of {COMPAT_MODES}, got {compat!r}")
+        if compat not in COMPAT_MODES["code"]:  # lcb_harness: LCB's mocked stdin or byte streams
+            raise ValueError(f"CodeGrader.compat must be one of {COMPAT_MODES['code']}, "
+                             f"got {compat!r}")
         sandbox.check()  # refuse up front, with the fix in the message, if none can start
         self.sandbox, self.timeout_per_test = sandbox, timeout_per_test
         self.workers, self.compat = workers, compat

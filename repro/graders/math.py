@@ -16,6 +16,15 @@ Pipeline per completion (all cheap string work happens in the caller's process):
    comma list as a set, so two-element answers match in either order and a one-element answer
    to a two-element gold fails.
 
+`compat="matharena"` reproduces MathArena's verdicts (its AIME/HMMT configurations, non-strict
+parsing) where the project's own choices differ: MathArena grades the final message only (an
+unclosed `<think>` leaves it empty: no answer, even by fallback), deletes `\\text{...}` content,
+drops a trailing period, keeps the right side of `=` and the left of `\\approx`, and without a
+box falls back to the last integer of the text (it flags that for review; here the reason says
+so). The default keeps the project's rules above: `\\text{293}` is 293, no box is no answer; it
+drops a trailing period too (`\\boxed{1037.}` is 1037). The comparison after normalisation is
+the same engine in both modes (integers exactly, else math-verify).
+
 math-verify can hang, so grading runs in persistent worker processes: a soft timer inside the
 worker (SIGALRM, in its main thread, with math-verify's own alarms switched off so they cannot
 clobber it) ends slow Python-level work and keeps the worker; a worker still silent
@@ -41,7 +50,15 @@ from pathlib import Path
 from typing import Any
 
 from repro.benchmarks.problem import Problem
-from repro.graders.base import GRADER_ERROR, GRADER_TIMEOUT, NO_ANSWER, PASS, WRONG_ANSWER, Grade
+from repro.graders.base import (
+    COMPAT_MODES,
+    GRADER_ERROR,
+    GRADER_TIMEOUT,
+    NO_ANSWER,
+    PASS,
+    WRONG_ANSWER,
+    Grade,
+)
 
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
 # A plain integer; a comma only as a thousands separator between 3-digit groups.
@@ -51,6 +68,9 @@ _STARTUP_TIMEOUT = 120.0  # a fresh worker must import math-verify within this
 _ATTEMPTS = 2  # workers that may die on one sample before it is a grader error
 _WORKER_CODE = "import repro.graders.math as m; m._worker_main({fd}, {timeout!r})"
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds `repro`
+_TRAILING_PERIOD = re.compile(r"\.\s*$")
+_TEXT = re.compile(r"\\text\{.*?\}")  # MathArena: non-greedy, content deleted
+_LAST_INTEGER = re.compile(r"\b\d+\b")
 
 
 def strip_reasoning(text: str) -> str | None:
@@ -221,12 +241,16 @@ class _Worker:
 class MathGrader:
     """Grades math completions; reuse one instance so worker start-up is paid once."""
 
-    def __init__(self, timeout: float = 5.0, workers: int = 1) -> None:
+    def __init__(self, timeout: float = 5.0, workers: int = 1, compat: str = "default") -> None:
+        if compat not in COMPAT_MODES["math"]:
+            raise ValueError(f"MathGrader: compat must be one of {COMPAT_MODES['math']}, "
+                             f"got {compat!r}")
         if timeout <= 0:
             raise ValueError(f"MathGrader: timeout must be > 0 seconds, got {timeout}")
         if workers < 1:
             raise ValueError(f"MathGrader: workers must be >= 1, got {workers}")
         self.timeout = timeout
+        self.compat = compat
         self.n_workers = workers
         self._workers: list[_Worker] = []  # started lazily: all-integer sets never need them
         self._deaths: dict[int, int] = {}  # sample index -> workers that died grading it
@@ -239,7 +263,7 @@ class MathGrader:
         grades: list[Grade | None] = [None] * len(items)
         pending: deque[tuple[int, str, str]] = deque()
         for index, (problem, completion) in enumerate(items):
-            outcome = _prepare(problem, completion)
+            outcome = _prepare(problem, completion, self.compat)
             if isinstance(outcome, Grade):
                 grades[index] = outcome
             else:
@@ -335,7 +359,7 @@ class MathGrader:
         self.close()
 
 
-def _prepare(problem: Problem, completion: str) -> Grade | tuple[str, str]:
+def _prepare(problem: Problem, completion: str, compat: str = "default") -> Grade | tuple[str, str]:
     """A final Grade when no math-verify call is needed, else the (gold, pred) to compare."""
     gold = problem.answer
     if gold is None:
@@ -345,12 +369,43 @@ def _prepare(problem: Problem, completion: str) -> Grade | tuple[str, str]:
         return Grade(NO_ANSWER, "reasoning not closed (<think> without </think>)")
     boxes = _final_boxes(answer) if _is_list(gold) else []
     pred = ", ".join(boxes) if len(boxes) > 1 else last_boxed(answer)
+    fallback = ""
+    if compat == "matharena":
+        if pred is None:
+            found = _LAST_INTEGER.findall(answer)
+            pred = found[-1] if found else None
+            fallback = " (no box: last integer of the text, MathArena's non-strict fallback)"
+        if pred is not None:
+            pred = _matharena_normalise(pred)
+            if not pred:  # `\boxed{\text{293}}`: MathArena parses nothing and marks it wrong
+                return _wrong(gold, pred, " (nothing left after MathArena's normalisation)")
     if pred is None or not pred.strip():
         return Grade(NO_ANSWER, "no complete \\boxed{} answer", pred)
+    pred = _TRAILING_PERIOD.sub("", pred) or pred  # `\\boxed{1037.}`: a sentence's full stop
     gold_int, pred_int = _as_integer(gold), _as_integer(pred)
     if gold_int is not None and pred_int is not None:
-        return Grade(PASS, extracted=pred) if gold_int == pred_int else _wrong(gold, pred)
+        if gold_int == pred_int:
+            return Grade(PASS, fallback.strip(" ()"), extracted=pred)
+        return _wrong(gold, pred, fallback)
     return gold, pred
+
+
+def _matharena_normalise(pred: str) -> str:
+    """MathArena's `normalize_string` steps that change verdicts (parser.py): a plain integer
+    is kept as is; else `\\left`/`\\right`, `$`, thin spaces and a trailing period go,
+    `\\text{...}` is deleted with its content, `=` keeps its right side, `\\approx` its left."""
+    if re.fullmatch(r"\s*\d+\s*", pred):
+        return pred.strip()
+    s = pred.replace("\\left", "").replace("\\right", "").replace("$", "")
+    for space in ("\\;", "\\:", "\\,", "\\!"):
+        s = s.replace(space, "")
+    s = _TRAILING_PERIOD.sub("", s)
+    s = _TEXT.sub("", s)
+    if "=" in s:
+        s = s.split("=")[-1]
+    if "\\approx" in s:
+        s = s.split("\\approx")[0]
+    return s.strip()
 
 
 def _reply_grade(message: tuple[str, Any], gold: str, pred: str, timeout: float) -> Grade:
@@ -358,9 +413,9 @@ def _reply_grade(message: tuple[str, Any], gold: str, pred: str, timeout: float)
     if status == "timeout":
         return Grade(GRADER_TIMEOUT, f"math-verify exceeded {timeout:g} s", pred)
     if status == "error":
-        return Grade(WRONG_ANSWER, f"grader error ({value}); expected {gold}, got {pred}", pred)
+        return Grade(GRADER_ERROR, f"math-verify raised {value}; expected {gold}, got {pred}", pred)
     return Grade(PASS, extracted=pred) if value else _wrong(gold, pred)
 
 
-def _wrong(gold: str, pred: str) -> Grade:
-    return Grade(WRONG_ANSWER, f"expected {gold}, got {pred}", pred)
+def _wrong(gold: str, pred: str, note: str = "") -> Grade:
+    return Grade(WRONG_ANSWER, f"expected {gold}, got {pred}{note}", pred)

@@ -79,22 +79,24 @@ def doc_to_problem(doc: dict[str, str]) -> Problem:
 def process_results(doc: dict[str, str], results: list[Any]) -> dict[str, float]:
     """avg@k of one problem: the fraction of its k kept samples the grader accepts."""
     completions = results[0] if results and isinstance(results[0], list) else results
-    grader = _grader(doc["grader"])
+    grader = _grader(doc["benchmark"])
     problem = doc_to_problem(doc)
     return {"avg@k": fmean(grader.grade(problem, text).correct for text in completions)}
 
 
 @functools.cache
-def _grader(kind: str) -> Any:
-    """One grader per process (its worker pool / sandbox is reused across docs)."""
-    if kind == "math":
+def _grader(benchmark: str) -> Any:
+    """One grader per benchmark and process (its worker pool / sandbox is reused across docs),
+    in the benchmark's compat mode, as `repro eval`."""
+    spec = get_benchmark(benchmark)
+    if spec.grader == "math":
         from repro.graders.math import MathGrader
 
-        grader = MathGrader()
+        grader = MathGrader(compat=spec.compat)
     else:
         from repro.graders.code import CodeGrader
         from repro.sandbox import Sandbox
 
-        grader = CodeGrader(Sandbox())  # the default (bubblewrap) sandbox, as `repro eval`
+        grader = CodeGrader(Sandbox(), compat=spec.compat)  # bubblewrap, as `repro eval`
     atexit.register(grader.close)
     return grader

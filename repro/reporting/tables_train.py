@@ -6,6 +6,7 @@ and a formatting step (text cells).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -98,6 +99,7 @@ MECHANISM = {  # metric -> column header
     "logodds_drift_final": "log-odds drift (final)",
     "abs_drift_mean": "mean |log-odds drift|",
     "kl_template": "KL template",
+    "grader_errors": "grader errors",
 }
 
 
@@ -122,7 +124,16 @@ def seed_mechanism(curve: pa.Table) -> dict[str, float]:
         "logodds_drift_final": float(drift[-1]),
         "abs_drift_mean": nanmean(np.abs(drift)),
         "kl_template": nanmean(col("kl_template")),
+        # total over the run: rewards of 0 that were the grader's failure, not the policy's
+        "grader_errors": total(col("grader_errors"))
+        if "grader_errors" in curve.column_names else math.nan,
     }
+
+
+def total(values: np.ndarray) -> float:
+    """Sum of the measured steps; NaN when no step measured it (logs before the column)."""
+    finite = values[np.isfinite(values)]
+    return float(finite.sum()) if len(finite) else math.nan
 
 
 def mechanism(curves: Mapping[int, pa.Table]) -> dict[str, float]:
@@ -152,5 +163,7 @@ def mechanism_table(agg: Aggregate) -> list[Table]:
         "where the metric is undefined (NaN); n/a: undefined on every step.",
         "Jitter2: mean |m(t+1) - 2 m(t) + m(t-1)| of the raw reward_mean curve; entropy and "
         "log-odds drift (change since step 0 on the probes): last step.",
+        "grader errors: responses per run whose grading timed out or failed (scored 0, not the "
+        "policy's fault); a count well above 0 makes the reward curves suspect.",
     ]
     return [Table(f"Mechanism metrics ({s.experiment})", header, rows, notes)]

@@ -28,6 +28,7 @@ _RUN_KEYS = [
     _f("seed", pa.int64()),
     _f("engine", pa.string()),
     _f("grader_version", pa.string()),
+    _f("grader_compat", pa.string()),  # math: "default" or "matharena"; code: "lcb" or "fixed"
     _f("sandbox_mode", pa.string()),  # "bwrap", "unsafe" or "none" (math)
 ]
 
@@ -59,6 +60,7 @@ EVAL_PROBLEMS = pa.schema(
         _f("pass_at_k", pa.float64()),  # unbiased pass@k with k = n
         _f("truncated_frac", pa.float64()),  # finish_reason == "length"
         _f("no_answer_frac", pa.float64()),
+        _f("grader_errors", pa.int64()),  # samples the grader failed on (timeout, error, sandbox)
     ],
     metadata={"schema_name": "eval_problems", "schema_version": "1"},
 )
@@ -70,7 +72,7 @@ TRAIN_LOG_METRICS = (
     "reward_mean", "reward_std", "accuracy", "response_len", "truncated_frac", "entropy",
     "loss", "clip_frac", "ppo_kl", "w_min", "w_max", "w_mean", "neg_weight_frac", "s_spread",
     "zero_adv_frac", "asym", "residual_full", "freq_energy", "logodds", "logodds_drift",
-    "kl_template", "grad_norm", "lr",
+    "kl_template", "grad_norm", "lr", "grader_errors",
 )
 TRAIN_LOG_TIMING = ("time_rollout", "time_update")
 TRAIN_LOG = pa.schema(

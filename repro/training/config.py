@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,6 +94,7 @@ class TrainConfig:
             if not ok:
                 raise ValueError(f"TrainConfig.{name} {rule}, got {getattr(self, name)!r}")
 
+        check_scalar_types(self)
         need(bool(self.model), "model", "must name an SFT checkpoint or model")
         try:
             make_config(self.algorithm, **self.objective)
@@ -136,6 +139,27 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+_SCALARS: dict[Any, tuple[type, ...]] = {int: (int,), float: (int, float), str: (str,),
+                                         bool: (bool,)}
+
+
+def check_scalar_types(config: Any) -> None:
+    """Scalar fields (and `X | None`) must hold their annotated type, so `lr=abc` or
+    `steps=2.5` fail before any work with one line naming the field."""
+    hints = typing.get_type_hints(type(config))
+    for f in dataclasses.fields(config):
+        want, value = hints[f.name], getattr(config, f.name)
+        args = typing.get_args(want)
+        optional = typing.get_origin(want) in (typing.Union, types.UnionType) and type(None) in args
+        base = next((a for a in args if a is not type(None)), None) if optional else want
+        allowed = _SCALARS.get(base)
+        if allowed is None or (optional and value is None):
+            continue
+        if (isinstance(value, bool) and base is not bool) or not isinstance(value, allowed):
+            kind = base.__name__ + (" or null" if optional else "")
+            raise ValueError(f"{type(config).__name__}.{f.name} must be {kind}, got {value!r}")
 
 
 def fields_help() -> str:

@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from tqdm import tqdm
 
 from repro.atomic import atomic_dir
 from repro.generation.base import SamplingConfig
@@ -26,6 +25,7 @@ from repro.generation.hf import HFEngine
 from repro.models import load
 from repro.engines.core import loss_and_diagnostics
 from repro.objectives import AdvantageConfig, group_advantages
+from repro.progress import progress
 from repro.results import TRAIN_LOG, write_table
 from repro.training.checkpoint import (
     latest_checkpoint,
@@ -76,7 +76,7 @@ def train(
         state = initial_state(probes, model)
     loss_cfg = cfg.loss_config()
     n_params = sum(p.numel() for p in model.parameters())
-    bar = tqdm(total=cfg.steps, initial=state["step"], desc=f"train {label}", unit="step")
+    bar = progress(cfg.steps, f"train {label}", "step", initial=state["step"])
     try:
         for step in range(state["step"] + 1, cfg.steps + 1):
             if cfg.token_budget is not None and state["gen_cum"] >= cfg.token_budget:
@@ -176,13 +176,13 @@ def train_step(cfg, step, model, tok, ref, opt, loss_cfg, stream, rewarder, engi
     resp_mask = batch.response_mask
     return step_row(cfg, state, n_params, ref is not None, resp_mask.sum(-1), batch.reward,
                     batch.truncated, float(entropy[resp_mask].mean()), adv_info["zero_adv_frac"],
-                    updates, t1 - t0, t2 - t1)
+                    updates, t1 - t0, t2 - t1, batch.grader_errors)
 
 
 def step_row(cfg: TrainConfig, state: dict[str, Any], n_params: int, has_ref: bool,
              lengths: Tensor, reward: Tensor, truncated: Tensor, entropy: float,
              zero_adv_frac: float, updates: list[dict[str, float]], time_rollout: float,
-             time_update: float) -> dict[str, Any]:
+             time_update: float, grader_errors: int) -> dict[str, Any]:
     """One TRAIN_LOG row of a rollout step from its rollout stats and its K updates' metrics;
     also advances the token and FLOPs counters in `state`. Shared by every engine, so the log
     schema and the compute accounting cannot drift apart."""
@@ -200,6 +200,7 @@ def step_row(cfg: TrainConfig, state: dict[str, Any], n_params: int, has_ref: bo
         "entropy": entropy,
         "w_min": min(u["w_min"] for u in updates), "w_max": max(u["w_max"] for u in updates),
         "zero_adv_frac": zero_adv_frac, "lr": cfg.lr,
+        "grader_errors": float(grader_errors),
         "time_rollout": time_rollout, "time_update": time_update,
     } | {k: nanmean([u[k] for u in updates]) for k in MEAN_KEYS}
 

@@ -19,6 +19,7 @@ from repro.benchmarks.mapping import row_to_problem
 from repro.benchmarks.problem import Problem
 from repro.generation.base import SamplingConfig
 from repro.generation.hf import HFEngine
+from repro.graders.base import GRADER_FAILURES
 from repro.tasks import synthetic_rows, synthetic_size
 
 POOL_MAX = 4096  # synthetic training problems per task (their train splits hold 300 to 15,000)
@@ -63,9 +64,13 @@ class PromptStream:
 
 
 class Rewarder:
-    """Sequence rewards from the evaluator's graders (1 correct, 0 otherwise)."""
+    """Sequence rewards from the evaluator's graders (1 correct, 0 otherwise).
+
+    A grader failure (timeout, math-verify error, sandbox error) also scores 0, but is counted:
+    `last_failures` holds the count of the latest call (the train log's `grader_errors`)."""
 
     def __init__(self, kinds: set[str]) -> None:
+        self.last_failures = 0
         self.graders: dict[str, Any] = {}
         if "math" in kinds:
             from repro.graders.math import MathGrader
@@ -81,10 +86,12 @@ class Rewarder:
 
     def __call__(self, items: list[tuple[Problem, str]]) -> list[float]:
         rewards = [0.0] * len(items)
+        self.last_failures = 0
         for kind, grader in self.graders.items():
             idx = [i for i, (p, _) in enumerate(items) if p.kind == kind]
             for i, grade in zip(idx, grader.grade_many([items[i] for i in idx])):
                 rewards[i] = float(grade.correct)
+                self.last_failures += grade.verdict in GRADER_FAILURES
         return rewards
 
     def close(self) -> None:
@@ -104,6 +111,7 @@ class RolloutBatch:
     reward: Tensor  # [B]
     engine_logp: Tensor | None  # [B, L] sampler log-probs on response tokens (0 elsewhere)
     truncated: Tensor  # [B] bool: hit max_new_tokens
+    grader_errors: int = 0  # responses the grader failed on (scored 0, counted apart)
 
 
 def rollout(
@@ -144,4 +152,5 @@ def rollout(
         if engine_logp is not None:
             engine_logp[i, n_p:n] = torch.tensor(elogp[i])
     return RolloutBatch(ids, attn, resp, torch.tensor(group), torch.tensor(rewards),
-                        engine_logp, torch.tensor(truncated))
+                        engine_logp, torch.tensor(truncated),
+                        grader_errors=getattr(rewarder, "last_failures", 0))

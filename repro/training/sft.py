@@ -246,7 +246,8 @@ def estimate_reward(
         probes = {p.problem_id: p for p in synthetic_probes(task, n, cfg.seed + 1, "train")}
         prompts = [tok.apply_chat_template(build_messages(spec, p), tokenize=False,
                                            add_generation_prompt=True) for p in problems]
-        texts = [c[0].text for c in engine.generate(prompts, sampling)]
+        keys = [f"{task}/{p.problem_id}" for p in problems]  # independent streams per task
+        texts = [c[0].text for c in engine.generate(prompts, sampling, keys=keys)]
         pairs = list(zip(problems, texts, strict=True))
         grades = graders[task].grade_many(pairs)
         task_rewards = [float(g.correct) for g in grades]
