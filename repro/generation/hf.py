@@ -79,7 +79,7 @@ class HFEngine:
                 raise ValueError("HFEngine: log-probs of truncated sampling (top_p < 1, top_k, "
                                  "min_p) are not those of softmax(logits / T); sample untruncated")
             logits = torch.stack(result.logits, dim=1).float()
-            if not greedy:
+            if sampling.temperature > 0:
                 logits = logits / sampling.temperature
             logps = torch.log_softmax(logits, -1).gather(-1, new[..., None])[..., 0]
         comps = [self._completion(new[i], None if logps is None else logps[i]) for i in range(len(new))]
