@@ -51,12 +51,13 @@ def sft(
 ) -> None:
     """SFT warm start on the synthetic demonstrations. Extra arguments are KEY=VALUE overrides of
     SFTConfig (e.g. steps=600 lr=3e-3); see repro/training/sft.py for every field."""
-    from repro.training.config import check_keys, parse_overrides
+    from repro.config_fields import check_fields
+    from repro.training.config import parse_overrides
     from repro.training.sft import SFTConfig, run_sft
 
     try:
         overrides = parse_overrides(list(ctx.args))
-        check_keys(SFTConfig, overrides)
+        check_fields(SFTConfig, overrides)
         cfg = SFTConfig(**overrides)
     except (TypeError, ValueError) as err:
         typer.echo(f"repro sft: {err}", err=True)

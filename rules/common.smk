@@ -29,6 +29,32 @@ check_names("ablations.group_algorithms", config["ablations"]["group_algorithms"
 check_names("report", [config["report"]["baseline"], config["report"]["proposed"]], "algorithms")
 
 
+def check_dataclass_blocks() -> None:
+    """`train:`, `algorithms.*.objective` and `models.*.sft` against their dataclasses' fields and
+    types, now rather than when a job runs (the schema leaves them open: the dataclasses own them)."""
+    from repro.config_fields import check_fields
+    from repro.objectives import get_algorithm
+    from repro.training.config import TrainConfig
+
+    check_fields(TrainConfig, config["train"], "config train: ")
+    for label, entry in config["algorithms"].items():
+        check_fields(get_algorithm(entry["algorithm"]).config_cls, entry.get("objective", {}),
+                     f"config algorithms.{label}.objective: ")
+    sft_blocks = {key: e["sft"] for key, e in config["models"].items() if e["source"] == "sft"}
+    if sft_blocks:
+        from repro.training.sft import SFTConfig
+
+        for key, block in sft_blocks.items():
+            check_fields(SFTConfig, block, f"config models.{key}.sft: ")
+            try:
+                SFTConfig(**block)
+            except ValueError as err:
+                raise ValueError(f"config models.{key}.sft: {err}") from None
+
+
+check_dataclass_blocks()
+
+
 FRACTIONS = [frac_label(f) for f in config["eval"]["fractions"]]
 FINAL = frac_label(max(config["eval"]["fractions"]))
 MAIN_G = int(config["train"]["group_size"])
@@ -243,3 +269,20 @@ def final_targets() -> list[str]:
     """`snakemake` with no target: every run, evaluation, aggregate, table and figure."""
     return (train_logs() + eval_problems() + table_files() + figure_files()
             + ["results/theory/theory.parquet"])
+
+
+def check_run_configs() -> None:
+    """Every run's resolved TrainConfig is built once here, so a value out of range (say
+    minibatches not dividing P) fails at parse time naming the run, not after the SFT."""
+    from types import SimpleNamespace
+
+    from repro.training.config import TrainConfig
+
+    for r in run_keys():
+        try:
+            TrainConfig(**run_config(SimpleNamespace(**r)))
+        except ValueError as err:
+            raise ValueError(f"config: run {RUN.format(**r)}: {err}") from None
+
+
+check_run_configs()
