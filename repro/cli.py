@@ -121,7 +121,7 @@ def eval_(
     data_dir: Annotated[Path | None, typer.Option(help="Offline mirror of the datasets.")] = None,
     checkpoint: Annotated[str, typer.Option(help="Label stored with the results.")] = "final",
     engine: Annotated[str, typer.Option(help="auto (vLLM on a GPU, else HF), hf or vllm.")] = "auto",
-    batch_size: Annotated[int, typer.Option(help="Prompts per generate call.")] = 8,
+    batch_size: Annotated[int, typer.Option(help="Prompts per generate call.")] = 16,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     temperature: Annotated[float | None, typer.Option(help="Override the benchmark's temperature.")] = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="Override the generation budget.")] = None,
@@ -193,7 +193,7 @@ def bench_logprobs(
     vocab: Annotated[int, typer.Option(help="Vocabulary size (Qwen3: 151,936).")] = 151936,
     hidden: Annotated[int, typer.Option(help="Hidden size.")] = 1024,
     chunk_size: Annotated[int, typer.Option(help="Rows per lm_head chunk.")] = 1024,
-    repeats: Annotated[int, typer.Option(help="Rounds per path (median reported).")] = 1,
+    repeats: Annotated[int, typer.Option(help="Rounds per path (median reported).")] = 3,
 ) -> None:
     """Peak memory and time of chunked vs naive log-probs + entropy (forward + backward)."""
     from repro.bench.logprobs import LogprobsBenchConfig, run_logprobs_bench

@@ -187,10 +187,13 @@ def start_inputs(wildcards) -> list[str]:
 
 
 def run_config(wildcards) -> dict:
-    """The resolved TrainConfig of one run (written to its config.yaml)."""
+    """The resolved TrainConfig of one run (written to its config.yaml): every field, defaults
+    included, so a changed dataclass default reruns the runs it changes, like a config value."""
+    from repro.training.config import TrainConfig
+
     entry = config["algorithms"][wildcards.algo]
     g = int(wildcards.group_size)
-    return config["train"] | {
+    values = config["train"] | {
         "model": start_policy(wildcards.model),
         "algorithm": entry["algorithm"],
         "objective": entry.get("objective", {}),
@@ -199,6 +202,10 @@ def run_config(wildcards) -> dict:
         "prompts_per_step": prompts_per_step(g),
         "checkpoint_fractions": [float(f) for f in FRACTIONS],
     }
+    try:
+        return TrainConfig(**values).to_dict()
+    except ValueError as err:
+        raise ValueError(f"config: run {RUN.format(**vars(wildcards))}: {err}") from None
 
 
 def eval_options() -> str:
@@ -272,17 +279,12 @@ def final_targets() -> list[str]:
 
 
 def check_run_configs() -> None:
-    """Every run's resolved TrainConfig is built once here, so a value out of range (say
-    minibatches not dividing P) fails at parse time naming the run, not after the SFT."""
+    """Every run's TrainConfig is built once here, so a value out of range (say a negative lr)
+    fails at parse time naming the run, not after the SFT."""
     from types import SimpleNamespace
 
-    from repro.training.config import TrainConfig
-
     for r in run_keys():
-        try:
-            TrainConfig(**run_config(SimpleNamespace(**r)))
-        except ValueError as err:
-            raise ValueError(f"config: run {RUN.format(**r)}: {err}") from None
+        run_config(SimpleNamespace(**{k: r[k] for k in ("algo", "model", "group_size", "seed")}))
 
 
 check_run_configs()

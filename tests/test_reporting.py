@@ -113,7 +113,8 @@ def world(tmp_path_factory):
                                 group_size=None, frac=0.0))
     out = root / "aggregate"
     result = CliRunner().invoke(app, ["aggregate", "--out", str(out), "--experiment", "test",
-                                      "--main-algos", "grpo,gspo,dfpo_min", *map(str, files)])
+                                      "--main-algos", "grpo,gspo,dfpo_min", "--threshold", "0.5",
+                                      *map(str, files)])
     assert result.exit_code == 0, result.output
     return {"root": root, "files": files, "out": out, "truth": truth}
 
@@ -144,7 +145,7 @@ def test_aggregate_keys_rows_and_settings(world):
     first = problems.slice(0, PROBLEMS).to_pylist()  # sorted: keys, then problem_id
     assert [r["problem_id"] for r in first] == sorted(r["problem_id"] for r in first)
     config = json.loads(pq.read_schema(out / "train_curves.parquet").metadata[b"config"])
-    expected = Study(experiment="test", main_algos=("grpo", "gspo", "dfpo_min"))
+    expected = Study(experiment="test", main_algos=("grpo", "gspo", "dfpo_min"), threshold=0.5)
     assert Study.from_config(config) == expected
 
 
