@@ -85,7 +85,7 @@ SFT_CODE = source_digest("training", "models", "tasks", "benchmarks", "generatio
 EVAL_CODE = source_digest("evaluation", "generation", "graders", "sandbox", "benchmarks", "tasks",
                           "models", "results", "atomic.py")
 REPORT_CODE = source_digest("reporting", "results", "evaluation", "diagnostics", "benchmarks")
-THEORY_CODE = source_digest("theory", "objectives", "diagnostics")
+THEORY_CODE = source_digest("theory", "objectives", "diagnostics", "results")
 
 
 def prompts_per_step(group_size: int) -> int:

@@ -147,3 +147,18 @@ PAPER_REFERENCE = pa.schema(
     ],
     metadata={"schema_name": "paper_reference", "schema_version": "1"},
 )
+
+
+# `repro theory`: one row per (algorithm, seed, step) of the exact tabular experiment.
+THEORY = pa.schema(
+    [_f("algorithm", pa.string())]
+    + [_f(name, pa.int64()) for name in ("seed", "step")]
+    + [
+        _f(name, pa.float64())
+        for name in (
+            "kl_template", "kl_template_cum", "kl_tax", "kl_tax_cum", "logodds",
+            "logodds_drift", "p_correct", "p_template", "entropy_answer", "template_residual",
+            "clip_frac", "zero_adv_frac",
+        )
+    ]
+)
