@@ -55,7 +55,7 @@ def write_train(root: Path, algo: str, seed: int, rewards: list[float],
         rows.append(metrics | {
             "algorithm": algo, "objective": algo.split("_")[0], "seed": seed, "step": i + 1,
             "gen_tokens": TOKENS_PER_STEP, "gen_tokens_cum": TOKENS_PER_STEP * (i + 1),
-            "trained_tokens_cum": 50 * (i + 1), "flops_cum": 1e6 * (i + 1),
+            "flops_cum": 1e6 * (i + 1),
         })
     path = run_dir(root / "runs", algo, seed, group_size) / "train_log.parquet"
     write_table(rows[::-1], TRAIN_LOG, path)  # reversed: the aggregate must sort by step

@@ -80,7 +80,6 @@ TRAIN_LOG = pa.schema(
         _f("step", pa.int64()),  # 1-based rollout batch index
         _f("gen_tokens", pa.int64()),
         _f("gen_tokens_cum", pa.int64()),
-        _f("trained_tokens_cum", pa.int64()),
         _f("flops_cum", pa.float64()),  # 2 N per generated token + 6 N per trained token
     ]
     + [_f(name, pa.float64()) for name in TRAIN_LOG_METRICS + TRAIN_LOG_TIMING],
@@ -124,7 +123,6 @@ AGG_RUNS = pa.schema(
         _f("objective", pa.string()),
         _f("steps", pa.int64()),  # last logged step
         _f("gen_tokens_cum", pa.int64()),  # at the last step
-        _f("trained_tokens_cum", pa.int64()),
         _f("flops_cum", pa.float64()),
         _f("time_total", pa.float64()),  # seconds: sum of time_rollout + time_update
         _f("reward_final", pa.float64()),  # mean reward_mean of the last smooth_window steps

@@ -7,6 +7,7 @@ a run killed at any point resumes from the newest one. Resumable state lives und
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -22,7 +23,7 @@ IDENTITY_FILE = "run.json"  # what produced the checkpoint: resolved config + ca
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, model, tokenizer, optimizer, state: dict[str, Any],
+    run_dir: Path, step: int, model, tokenizer, optimizer, state: Any,
     identity: dict[str, Any],
 ) -> Path:
     final = run_dir / "checkpoints" / f"step_{step:06d}"
@@ -35,7 +36,7 @@ def save_checkpoint(
             "optimizer": optimizer.state_dict(),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                     "python": random.getstate()},
-            "state": state,
+            "state": dataclasses.asdict(state),
         }, tmp / STATE_FILE)
 
     atomic_dir(final, write)
@@ -58,10 +59,13 @@ def same_run(ckpt: Path, identity: dict[str, Any]) -> bool:
     return stored == json.loads(json.dumps(identity, sort_keys=True, default=str))
 
 
-def load_trainer_state(path: Path, optimizer) -> dict[str, Any]:
+def load_trainer_state(path: Path, optimizer) -> Any:
+    """Restore optimizer and RNG states; return the loop's RunState."""
+    from repro.training.loop import RunState
+
     blob = torch.load(path / STATE_FILE, weights_only=False)
     optimizer.load_state_dict(blob["optimizer"])
     torch.set_rng_state(blob["rng"]["torch"])
     np.random.set_state(blob["rng"]["numpy"])
     random.setstate(blob["rng"]["python"])
-    return blob["state"]
+    return RunState(**blob["state"])
