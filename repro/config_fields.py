@@ -37,6 +37,10 @@ def check_fields(cls: type, data: Mapping[str, Any], where: str = "") -> None:
     if unknown:
         raise ValueError(f"{where}unknown {cls.__name__} key(s) {unknown}; valid keys: {sorted(known)}")
     for key, value in data.items():
+        nested = [h for h in (hints[key], *typing.get_args(hints[key])) if dataclasses.is_dataclass(h)]
+        if nested and isinstance(value, Mapping):  # a nested config: name the inner key
+            check_fields(nested[0], value, f"{where}{cls.__name__}.{key}: ")
+            continue
         if not _matches(hints[key], value):
             raise ValueError(f"{where}{cls.__name__}.{key} must be {_describe(hints[key])}, "
                              f"got {value!r}")

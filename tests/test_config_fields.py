@@ -76,6 +76,7 @@ def test_repro_train_overrides_are_one_line_errors(tmp_path, args, message):
     (["stepz=3"], "unknown SFTConfig key(s) ['stepz']"),
     (["steps=3.5"], "SFTConfig.steps must be int, got 3.5"),
     (["tasks={synth-aime: x}"], "SFTConfig.tasks must be dict[str, float]"),
+    (["model={hiden_size: 32}"], "SFTConfig.model: unknown TinyModelConfig key(s) ['hiden_size']"),
 ])
 def test_repro_sft_overrides_are_one_line_errors(tmp_path, args, message):
     result = CliRunner().invoke(app, ["sft", "--out", str(tmp_path), *args])
