@@ -35,9 +35,11 @@ def check_fields(cls: type, data: Mapping[str, Any], where: str = "") -> None:
     known = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ValueError(f"{where}unknown {cls.__name__} key(s) {unknown}; valid keys: {sorted(known)}")
+        raise ValueError(
+            f"{where}unknown {cls.__name__} key(s) {unknown}; valid keys: {sorted(known)}")
     for key, value in data.items():
-        nested = [h for h in (hints[key], *typing.get_args(hints[key])) if dataclasses.is_dataclass(h)]
+        options = (hints[key], *typing.get_args(hints[key]))
+        nested = [h for h in options if dataclasses.is_dataclass(h)]
         if nested and isinstance(value, Mapping):  # a nested config: name the inner key
             check_fields(nested[0], value, f"{where}{cls.__name__}.{key}: ")
             continue

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from reference_transforms import reference_weights
 
 from repro.objectives import (

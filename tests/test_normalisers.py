@@ -7,8 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from repro.objectives import (AGG_MODES, Minibatch, Normalisers, group_advantages, make_config,
-                              policy_loss)
+from repro.objectives import (
+    AGG_MODES,
+    Minibatch,
+    Normalisers,
+    group_advantages,
+    make_config,
+    policy_loss,
+)
 
 B, T = 8, 6
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from reference_transforms import brute_force_projection
 
 from repro.objectives import TRANSFORMS, Groups, apply_transform, group_advantages

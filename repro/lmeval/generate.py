@@ -27,7 +27,8 @@ def task_yaml(benchmark: str) -> str:
     max_new = sampling.pop("max_new_tokens")
     lines = ["include: _repro_template_yaml", f"task: {task_name(benchmark)}"]
     if spec.kind == "code":
-        lines.append("unsafe_code: true  # graded by running the generated code (in repro's sandbox)")
+        lines.append("unsafe_code: true  # graded by running the generated code "
+                     "(in repro's sandbox)")
     lines += [
         f"repeats: {spec.default_k}",
         "filter_list:",

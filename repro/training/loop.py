@@ -40,6 +40,7 @@ from repro.training.logprobs import response_logprobs
 from repro.training.probes import ProbeSet, kl_between
 from repro.training.rollout import PromptStream, Rewarder, rollout
 
+
 @dataclass
 class RunState:
     """What a checkpoint carries besides weights and optimizer: counters, probe baselines, the
