@@ -56,12 +56,13 @@ def sft(
 ) -> None:
     """SFT warm start on the synthetic demonstrations. Extra arguments are KEY=VALUE overrides of
     SFTConfig (e.g. steps=600 lr=3e-3); see repro/training/sft.py for every field."""
-    from repro.training.config import check_keys, parse_overrides
+    from repro.config_fields import check_fields
+    from repro.training.config import parse_overrides
     from repro.training.sft import SFTConfig, run_sft
 
     try:
         overrides = parse_overrides(list(ctx.args))
-        check_keys(SFTConfig, overrides)
+        check_fields(SFTConfig, overrides)
         cfg = SFTConfig(**overrides)
     except (TypeError, ValueError) as err:
         typer.echo(f"repro sft: {err}", err=True)
@@ -128,7 +129,7 @@ def eval_(
              "--data-dir is given).")] = None,
     checkpoint: Annotated[str, typer.Option(help="Label stored with the results.")] = "final",
     engine: Annotated[str, typer.Option(help="auto (vLLM on a GPU, else HF), hf or vllm.")] = "auto",
-    batch_size: Annotated[int, typer.Option(help="Prompts per generate call.")] = 8,
+    batch_size: Annotated[int, typer.Option(help="Prompts per generate call.")] = 16,
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     temperature: Annotated[float | None, typer.Option(help="Override the benchmark's temperature.")] = None,
     top_p: Annotated[float | None, typer.Option(help="Override the benchmark's top_p.")] = None,
@@ -233,7 +234,7 @@ def bench_logprobs(
     vocab: Annotated[int, typer.Option(help="Vocabulary size (Qwen3: 151,936).")] = 151936,
     hidden: Annotated[int, typer.Option(help="Hidden size.")] = 1024,
     chunk_size: Annotated[int, typer.Option(help="Rows per lm_head chunk.")] = 1024,
-    repeats: Annotated[int, typer.Option(help="Rounds per path (median reported).")] = 1,
+    repeats: Annotated[int, typer.Option(help="Rounds per path (median reported).")] = 3,
 ) -> None:
     """Peak memory and time of chunked vs naive log-probs + entropy (forward + backward)."""
     from repro.bench.logprobs import LogprobsBenchConfig, run_logprobs_bench

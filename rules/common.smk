@@ -58,6 +58,34 @@ def check_pins(lock) -> None:
 
 LOCK = data_lock()
 check_pins(LOCK)
+
+
+def check_dataclass_blocks() -> None:
+    """`train:`, `algorithms.*.objective` and `models.*.sft` against their dataclasses' fields and
+    types, now rather than when a job runs (the schema leaves them open: the dataclasses own them)."""
+    from repro.config_fields import check_fields
+    from repro.objectives import get_algorithm
+    from repro.training.config import TrainConfig
+
+    check_fields(TrainConfig, config["train"], "config train: ")
+    for label, entry in config["algorithms"].items():
+        check_fields(get_algorithm(entry["algorithm"]).config_cls, entry.get("objective", {}),
+                     f"config algorithms.{label}.objective: ")
+    sft_blocks = {key: e["sft"] for key, e in config["models"].items() if e["source"] == "sft"}
+    if sft_blocks:
+        from repro.training.sft import SFTConfig
+
+        for key, block in sft_blocks.items():
+            check_fields(SFTConfig, block, f"config models.{key}.sft: ")
+            try:
+                SFTConfig(**block)
+            except ValueError as err:
+                raise ValueError(f"config models.{key}.sft: {err}") from None
+
+
+check_dataclass_blocks()
+
+
 FRACTIONS = [frac_label(f) for f in config["eval"]["fractions"]]
 FINAL = frac_label(max(config["eval"]["fractions"]))
 MAIN_G = int(config["train"]["group_size"])
@@ -89,7 +117,7 @@ SFT_CODE = source_digest("training", "models", "tasks", "benchmarks", "generatio
 EVAL_CODE = source_digest("evaluation", "generation", "graders", "sandbox", "benchmarks", "tasks",
                           "models", "results", "atomic.py", "progress.py")
 REPORT_CODE = source_digest("reporting", "results", "evaluation", "diagnostics", "benchmarks")
-THEORY_CODE = source_digest("theory", "objectives", "diagnostics")
+THEORY_CODE = source_digest("theory", "objectives", "diagnostics", "results")
 
 
 def prompts_per_step(group_size: int) -> int:
@@ -283,10 +311,13 @@ def start_inputs(wildcards) -> list[str]:
 
 
 def run_config(wildcards) -> dict:
-    """The resolved TrainConfig of one run (written to its config.yaml)."""
+    """The resolved TrainConfig of one run (written to its config.yaml): every field, defaults
+    included, so a changed dataclass default reruns the runs it changes, like a config value."""
+    from repro.training.config import TrainConfig
+
     entry = config["algorithms"][wildcards.algo]
     g = int(wildcards.group_size)
-    return config["train"] | lock_settings() | {
+    values = config["train"] | lock_settings() | {
         "model": start_policy(wildcards.model),
         "algorithm": entry["algorithm"],
         "objective": entry.get("objective", {}),
@@ -295,6 +326,10 @@ def run_config(wildcards) -> dict:
         "prompts_per_step": prompts_per_step(g),
         "checkpoint_fractions": [float(f) for f in FRACTIONS],
     }
+    try:
+        return TrainConfig(**values).to_dict()
+    except ValueError as err:
+        raise ValueError(f"config: run {RUN.format(**vars(wildcards))}: {err}") from None
 
 
 def lock_settings() -> dict:
@@ -396,3 +431,15 @@ def final_targets() -> list[str]:
     """`snakemake` with no target: every run, evaluation, aggregate, table and figure."""
     return (train_logs() + eval_problems() + table_files() + figure_files()
             + ["results/theory/theory.parquet"])
+
+
+def check_run_configs() -> None:
+    """Every run's TrainConfig is built once here, so a value out of range (say a negative lr)
+    fails at parse time naming the run, not after the SFT."""
+    from types import SimpleNamespace
+
+    for r in run_keys():
+        run_config(SimpleNamespace(**{k: r[k] for k in ("algo", "model", "group_size", "seed")}))
+
+
+check_run_configs()

@@ -31,23 +31,27 @@ def test_every_case_is_timed_and_graded(result: dict) -> None:
         assert case["all_passed"] and case["failures"] == [], (name, case["failures"])
 
 
-def test_ratios_and_verdict_are_reported(result: dict) -> None:
+def test_ratios_are_measured_under_bubblewrap(result: dict) -> None:
     assert set(result["ratios"]) == set(KINDS)
-    for kind, ratio in result["ratios"].items():
-        bwrap = result["cases"][f"{kind}/bwrap"]["s_per_generation"]
-        unsafe = result["cases"][f"{kind}/unsafe"]["s_per_generation"]
-        assert ratio == pytest.approx(bwrap / unsafe)
-    assert result["max_ratio"] == 2.0 and isinstance(result["passed"], bool)
+    assert all(math.isfinite(r) and r > 0 for r in result["ratios"].values())
     assert result["sandbox"]["mode"] == "bwrap" and result["all_passed"]
     assert result["config"]["workers"] == 2
 
 
-def test_report_prints(result: dict, capsys: pytest.CaptureFixture[str]) -> None:
-    from repro.bench.sandbox import print_sandbox_report
+@pytest.mark.parametrize(("ratio_of_max", "graded", "shown_verdict"),
+                         [(0.9, True, "PASS"), (1.1, True, "FAIL"), (0.9, False, "FAIL")])
+def test_verdict_follows_ratio_and_grading(result: dict, capsys: pytest.CaptureFixture[str],
+                                           ratio_of_max: float, graded: bool, shown_verdict: str) -> None:
+    """The printed verdict is PASS only when every ratio is within the limit and all graded pass."""
+    from repro.bench.sandbox import MAX_RATIO, print_sandbox_report, verdict
 
-    print_sandbox_report(result)
-    out = capsys.readouterr().out
-    assert "sandboxed / unsandboxed" in out and ("PASS" in out or "FAIL" in out)
+    ratios = dict.fromkeys(KINDS, MAX_RATIO * ratio_of_max)
+    shown = {**result, "ratios": ratios, "passed": verdict(ratios, graded)}
+    print_sandbox_report(shown)
+    last = capsys.readouterr().out.strip().splitlines()
+    assert any(line.startswith(f"{shown_verdict}:") for line in last)
+    other = "FAIL" if shown_verdict == "PASS" else "PASS"
+    assert not any(line.startswith(f"{other}:") for line in last)
 
 
 @pytest.mark.parametrize(("field", "value"), [("workers", 0), ("rounds", 0), ("warmup", -1),

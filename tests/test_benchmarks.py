@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import os
 import pickle
 from pathlib import Path
@@ -22,14 +22,6 @@ from repro.benchmarks.registry import SPEC_DIR
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 LCB = get_benchmark("livecodebench")
 DROP = object()  # marks a key to delete from a YAML
-
-
-def has(module: str) -> bool:
-    """Other engineers' modules (repro.tasks, repro.graders) may not exist yet."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 # --- specs -----------------------------------------------------------------------------------
@@ -264,13 +256,10 @@ def test_unpickler_refuses_globals_even_when_allowed():
 # --- synthetic stand-ins and prompts ---------------------------------------------------------
 
 
-@pytest.mark.skipif(not has("repro.tasks.synth_aime"), reason="repro.tasks not available yet")
 @pytest.mark.parametrize("name", ["synth-aime", "synth-hmmt", "synth-lcb"])
 def test_synthetic_uses_the_twin_mapping(name):
     spec = get_benchmark(name)
     module = spec.generator.split(":")[0]
-    if not has(module):
-        pytest.skip(f"{module} not available yet")
     problems, prov = load_problems(spec, limit=4)
     twin = get_benchmark(spec.twin)
     rows = importlib.import_module(module).rows(spec.split, spec.n, spec.seed)
@@ -282,7 +271,6 @@ def test_synthetic_uses_the_twin_mapping(name):
     assert prov["source"] == "synthetic" and prov["count"] == 4
 
 
-@pytest.mark.skipif(not has("repro.tasks.prompts"), reason="repro.tasks.prompts not available")
 def test_build_messages_per_template(tmp_path):
     write_aime(tmp_path)
     write_hmmt(tmp_path)
@@ -329,7 +317,6 @@ def test_lmeval_yamls_parse_and_match_the_specs():
         assert cfg.get("unsafe_code", False) == (spec.kind == "code")
 
 
-@pytest.mark.skipif(not has("repro.tasks.prompts"), reason="repro.tasks.prompts not available")
 def test_lmeval_task_loads_docs_from_our_loader(tmp_path):
     task_module = pytest.importorskip("lm_eval.tasks")
     write_aime(tmp_path)
@@ -347,7 +334,6 @@ def test_lmeval_task_loads_docs_from_our_loader(tmp_path):
 
 
 
-@pytest.mark.skipif(not has("repro.graders.math"), reason="repro.graders.math not available")
 def test_lmeval_process_results_is_avg_over_the_k_kept_samples(tmp_path):
     from repro.lmeval.utils import process_results, problem_to_doc
 

@@ -18,7 +18,7 @@ def test_unknown_algorithm():
 
 
 def test_unknown_field():
-    with pytest.raises(ValueError, match=r"unknown field\(s\) \['epsilon'\]"):
+    with pytest.raises(ValueError, match=r"unknown GRPOConfig key\(s\) \[.epsilon.\]; valid keys"):
         make_config("grpo", epsilon=0.2)
 
 

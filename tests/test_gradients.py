@@ -1,5 +1,8 @@
 """Each loss's gradient equals its closed form, checked by autograd and finite differences.
 
+DFPO's transformed weights in the closed form come from tests/reference_transforms.py (plain
+loops and brute-force projection), never from the code under test.
+
 A small differentiable policy (logits = X @ W, float64) makes logp a genuine function of the
 parameters W, so d logp / dW can be taken by central finite differences and combined with the
 closed-form per-token coefficients, independently of autograd through the loss.
@@ -9,11 +12,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from reference_transforms import reference_weights
 
 from repro.objectives import (
-    Groups,
     Minibatch,
-    apply_transform,
     group_advantages,
     make_config,
     policy_loss,
@@ -76,7 +78,8 @@ def closed_form_dl_dlogp(name, cfg, logp, old, mask, group, adv):
         clipped = ((adv > 0) & (s > 1 + cfg.eps_high)) | ((adv < 0) & (s < 1 - cfg.eps_low))
         coef = s * adv * (~clipped) / lengths / len(adv)
         return -coef[:, None] * m
-    wt = apply_transform(cfg.transform, s, adv, Groups.from_ids(group))
+    wt = torch.tensor(reference_weights(cfg.transform, s.tolist(), adv.tolist(), group.tolist()),
+                      dtype=torch.float64)
     return -(wt * adv)[:, None] * m / n_tok
 
 
@@ -121,12 +124,12 @@ def test_stop_gradient_switch(transform, setup):
     assert float((g_live - g_sg).abs().max()) > 1e-4  # without sg the gradient differs
 
     # ... by exactly -(1/N) sum_i A_i n_i grad w~_i, with grad w~ by finite differences of s(W)
-    groups = Groups.from_ids(group)
     m = mask.double()
 
     def wt_of(w):
         s = torch.exp(((logp_of(w, x, y) - old) * m).sum(-1) / m.sum(-1))
-        return apply_transform(transform, s, adv, groups)
+        return torch.tensor(reference_weights(transform, s.tolist(), adv.tolist(), group.tolist()),
+                            dtype=torch.float64)
 
     h, extra = 1e-6, torch.zeros_like(w0)
     for d in range(D):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,6 @@ from typer.testing import CliRunner
 from repro.cli import app
 from repro.reporting.aggregate import path_keys
 from repro.reporting.load import load_aggregate
-from repro.reporting.paper_numbers import reference_rows
 from repro.reporting.scores import compare, estimate
 from repro.reporting.study import Study
 from repro.reporting.tables_train import mechanism, threshold_hits
@@ -56,7 +56,7 @@ def write_train(root: Path, algo: str, seed: int, rewards: list[float],
         rows.append(metrics | {
             "algorithm": algo, "objective": algo.split("_")[0], "seed": seed, "step": i + 1,
             "gen_tokens": TOKENS_PER_STEP, "gen_tokens_cum": TOKENS_PER_STEP * (i + 1),
-            "trained_tokens_cum": 50 * (i + 1), "flops_cum": 1e6 * (i + 1),
+            "flops_cum": 1e6 * (i + 1),
         })
     path = run_dir(root / "runs", algo, seed, group_size) / "train_log.parquet"
     write_table(rows[::-1], TRAIN_LOG, path)  # reversed: the aggregate must sort by step
@@ -117,7 +117,8 @@ def world(tmp_path_factory):
             files.append(write_eval(root, "init", seed, bench, start, group_size=None, frac=0.0))
     out = root / "aggregate"
     result = CliRunner().invoke(app, ["aggregate", "--out", str(out), "--experiment", "test",
-                                      "--main-algos", "grpo,gspo,dfpo_min", *map(str, files)])
+                                      "--main-algos", "grpo,gspo,dfpo_min", "--threshold", "0.5",
+                                      *map(str, files)])
     assert result.exit_code == 0, result.output
     return {"root": root, "files": files, "out": out, "truth": truth}
 
@@ -148,7 +149,7 @@ def test_aggregate_keys_rows_and_settings(world):
     first = problems.slice(0, PROBLEMS).to_pylist()  # sorted: keys, then problem_id
     assert [r["problem_id"] for r in first] == sorted(r["problem_id"] for r in first)
     config = json.loads(pq.read_schema(out / "train_curves.parquet").metadata[b"config"])
-    expected = Study(experiment="test", main_algos=("grpo", "gspo", "dfpo_min"))
+    expected = Study(experiment="test", main_algos=("grpo", "gspo", "dfpo_min"), threshold=0.5)
     assert Study.from_config(config) == expected
 
 
@@ -269,16 +270,53 @@ def test_figures_are_truetype_and_reproducible(world, tmp_path, caplog):
     assert "no group-size ablation runs" in caplog.text
 
 
-def test_paper_reference_round_trips(tmp_path):
+# The paper's "Δ vs GSPO" column of Table 1 (DFPO - GSPO, avg@32 points), as the summary prints
+# it: a check on the transcription of the method columns, which it does not repeat.
+PAPER_DELTA = {("aime25", "Qwen3-32B"): 5.6, ("livecodebench", "Qwen3-32B"): 6.9,
+               ("hmmt25", "Qwen3-32B"): 5.6, ("aime25", "Qwen3-Next-80B-A3B-Thinking"): 3.4,
+               ("hmmt25", "Qwen3-Next-80B-A3B-Thinking"): 4.3}
+SUMMARY = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference" / "paper.md"
+
+
+def written_reference(tmp_path: Path) -> list[dict]:
     path = tmp_path / "paper" / "reference.parquet"
     assert CliRunner().invoke(app, ["paper-reference", "--out", str(path)]).exit_code == 0
-    rows = read_table(path, PAPER_REFERENCE).to_pylist()
-    assert rows == reference_rows()
+    return read_table(path, PAPER_REFERENCE).to_pylist()
+
+
+def test_paper_reference_agrees_with_the_papers_own_deltas(tmp_path):
+    rows = written_reference(tmp_path)
     table1 = {(r["benchmark"], r["model"], r["method"]): r["value"]
               for r in rows if r["table"] == "1"}
-    assert table1["aime25", "Qwen3-32B", "DFPO (Min-Replace)"] == 82.5  # paper.md, Table 1
+    for (bench, model), delta in PAPER_DELTA.items():
+        got = table1[bench, model, "DFPO (Min-Replace)"] - table1[bench, model, "GSPO"]
+        assert got == pytest.approx(delta, abs=0.051), (bench, model)
     assert ("aime25", "Qwen3-Next-80B-A3B-Thinking", "GRPO") not in table1  # not reported
-    assert sorted(r["group_size"] for r in rows if r["table"] == "4") == [2, 16]
+    assert all("summary" in r["note"] or r["note"].startswith("[") for r in rows)
+    table4 = {r["group_size"]: r["value"] for r in rows if r["table"] == "4"}
+    assert sorted(table4) == [2, 16] and table4[16] > table4[2]  # "the gain grows with G"
+
+
+def test_paper_reference_matches_the_summary_it_cites(tmp_path):
+    """Every Table 1 number equals the summary's (../shared/reference/paper.md, section 6)."""
+    if not SUMMARY.is_file():
+        pytest.skip(f"{SUMMARY} is absent (the project's shared folder)")
+    text = SUMMARY.read_text()
+    section = text[text.index("### Table 1"):text.index("### Table 2")]
+    methods = ["GRPO", "GSPO", "GRPO-fix", "DFPO (Min-Replace)"]
+    names = {"AIME25": "aime25", "HMMT25": "hmmt25", "LiveCodeBench v6": "livecodebench"}
+    expected = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) < 6 or cells[0] not in names:
+            continue
+        for method, cell in zip(methods, cells[2:6], strict=True):
+            number = re.match(r"\**(\d+\.\d+)\**(?!\?)", cell)
+            if number and "?" not in cell:
+                expected[names[cells[0]], cells[1], method] = float(number.group(1))
+    got = {(r["benchmark"], r["model"], r["method"]): r["value"]
+           for r in written_reference(tmp_path) if r["table"] == "1"}
+    assert len(expected) >= 14 and got == expected
 
 
 def test_verdicts_follow_the_preregistered_rules_on_a_synthetic_aggregate(world, tmp_path):

@@ -14,7 +14,8 @@ import torch
 
 import repro
 from repro.objectives import Minibatch, group_advantages, make_config, policy_loss
-from repro.theory.experiment import ARMS, SCHEMA, TheoryConfig, run_theory, train_on_batch
+from repro.results import THEORY
+from repro.theory.experiment import ARMS, TheoryConfig, run_theory, train_on_batch
 from repro.theory.policy import EOS, FORM_A, FORM_B, TEMPLATE, TEMPLATE_CONTEXTS, Rollout
 from repro.theory.policy import TabularPolicy
 from repro.theory.probes import kl_sum, probe
@@ -41,11 +42,11 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_parquet_contract(small_run: Path) -> None:
     table = pq.read_table(small_run / "theory.parquet")
-    assert table.schema.equals(SCHEMA)
+    assert table.schema.equals(THEORY)
     for label in ARMS:
         rows = table.filter(pc.equal(table["algorithm"], label))
         assert rows.num_rows == SMALL.steps * SMALL.n_seeds, label
-    for name in SCHEMA.names[3:]:
+    for name in THEORY.names[3:]:
         assert all(math.isfinite(v) for v in table[name].to_pylist()), name
     for name in ("kl_template", "kl_tax"):
         assert min(table[name].to_pylist()) >= 0, name

@@ -2,34 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference_transforms import brute_force_projection
 
 from repro.objectives import TRANSFORMS, Groups, apply_transform, group_advantages
-
-
-def brute_force_projection(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """argmin ||v - w|| s.t. a.v = 0, v >= 0 by enumerating active sets (small groups only)."""
-    best, best_d = None, float("inf")
-    n = len(w)
-    for k in range(0, n + 1):
-        for active in itertools.combinations(range(n), k):
-            idx = list(active)
-            v = torch.zeros_like(w)
-            if idx:
-                den = float((a[idx] ** 2).sum())
-                lam = float((a[idx] * w[idx]).sum()) / den if den > 0 else 0.0
-                v[idx] = w[idx] - lam * a[idx]
-            if float(v.min()) < -1e-12 or abs(float(a @ v)) > 1e-9:
-                continue
-            d = float(((v - w) ** 2).sum())
-            if d < best_d:
-                best, best_d = v, d
-    return best
 
 
 def one_group(w, r):

@@ -155,20 +155,37 @@ def test_bad_config_key_fails_at_parse_time_naming_it(tmp_path):
     assert proc.returncode != 0 and "models.tiny.base names 'nowhere'" in out, out
 
 
+def check_every_parquet_schema(results: Path) -> dict[str, int]:
+    """Every Parquet file under `results` has the schema of repro.results its name says; a file
+    with no known schema fails. Returns how many files of each name were checked."""
+    from repro import results as r
+
+    by_name = {"train_log.parquet": r.TRAIN_LOG, "samples.parquet": r.EVAL_SAMPLES,
+               "problems.parquet": r.EVAL_PROBLEMS, "theory.parquet": r.THEORY,
+               "reference.parquet": r.PAPER_REFERENCE, "train_curves.parquet": r.AGG_TRAIN_CURVES,
+               "eval_problems.parquet": r.AGG_EVAL_PROBLEMS,
+               "eval_samples.parquet": r.AGG_EVAL_SAMPLES, "runs.parquet": r.AGG_RUNS}
+    counts: dict[str, int] = {}
+    for path in sorted(results.rglob("*.parquet")):
+        assert path.name in by_name, f"{path}: a Parquet output with no schema in repro.results"
+        got = pq.read_schema(path).remove_metadata()
+        assert got.equals(by_name[path.name].remove_metadata()), f"{path}:\n{got}"
+        counts[path.name] = counts.get(path.name, 0) + 1
+    return counts
+
+
 @pytest.mark.slow
 def test_smoke_preset_end_to_end(tmp_path):
-    """Every output with its schema; rerun does nothing; editing objectives reruns training."""
+    """Every output, every Parquet file's schema; rerun does nothing; editing objectives reruns
+    training."""
     wd = copy_workflow(tmp_path)
     ok(snakemake("--cores", "2", *SMOKE, timeout=900, cwd=wd), wd)
 
-    from repro.results import AGG_EVAL_PROBLEMS, AGG_EVAL_SAMPLES, AGG_RUNS, AGG_TRAIN_CURVES
-
-    schemas = {"train_curves": AGG_TRAIN_CURVES, "eval_problems": AGG_EVAL_PROBLEMS,
-               "eval_samples": AGG_EVAL_SAMPLES, "runs": AGG_RUNS}
-    for name, schema in schemas.items():
-        table = pq.read_table(wd / "results" / "aggregate" / f"{name}.parquet")
-        assert table.schema.remove_metadata().equals(schema.remove_metadata()), name
-        assert table.num_rows > 0, name
+    for name in ("train_curves", "eval_problems", "eval_samples", "runs"):
+        assert pq.read_metadata(wd / "results" / "aggregate" / f"{name}.parquet").num_rows > 0
+    checked = check_every_parquet_schema(wd / "results")
+    assert checked["train_log.parquet"] >= 7 and checked["problems.parquet"] >= 7, checked
+    assert checked["theory.parquet"] == 1 and checked["reference.parquet"] == 1, checked
     for name in ("main", "compute", "mechanism", "ablations", "verdict", "paper"):
         for ext in ("md", "tex"):
             assert (wd / "results" / "tables" / f"{name}.{ext}").stat().st_size > 0

@@ -115,11 +115,16 @@ def run_sandbox_bench(cfg: SandboxBenchConfig, show: bool = True) -> dict[str, A
         "config": asdict(cfg), "sandbox": graders["bwrap"].sandbox.info(),
         "cases": result_cases, "ratios": ratios, "max_ratio": MAX_RATIO,
         "all_passed": all_passed,
-        "passed": all_passed and all(r <= MAX_RATIO for r in ratios.values()),
+        "passed": verdict(ratios, all_passed),
     }
     if show:
         print_sandbox_report(result)
     return result
+
+
+def verdict(ratios: dict[str, float], all_passed: bool) -> bool:
+    """The acceptance: every generation graded pass and every ratio within MAX_RATIO."""
+    return all_passed and all(r <= MAX_RATIO for r in ratios.values())
 
 
 def print_sandbox_report(result: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ from repro.models import load
 from repro.training.checkpoint import load_trainer_state, save_checkpoint
 from repro.training.config import TrainConfig
 from repro.training.loop import (
+    RunState,
     checkpoint_due,
     finish_run,
     initial_state,
@@ -88,7 +89,7 @@ class RunLog(TrainerCallback):
     """Collects one rollout step's records from the trainer and, once its K updates and their
     grad norms are in, appends the TRAIN_LOG row, runs the probes and saves due checkpoints."""
 
-    def __init__(self, cfg: TrainConfig, out: Path, state: dict[str, Any], identity, probes,
+    def __init__(self, cfg: TrainConfig, out: Path, state: RunState, identity, probes,
                  label: str, n_params: int) -> None:
         self.cfg, self.out, self.state, self.identity = cfg, out, state, identity
         self.probes, self.label, self.n_params = probes, label, n_params
@@ -128,7 +129,7 @@ class RunLog(TrainerCallback):
 
     def _finish_step(self, control) -> None:
         cfg, st, trainer = self.cfg, self.state, self.trainer
-        step = st["step"] + 1
+        step = st.step + 1
         model = trainer.accelerator.unwrap_model(trainer.model)
         roll = self.roll
         entropy = self.entropy[0] / max(self.entropy[1], 1)
@@ -139,14 +140,14 @@ class RunLog(TrainerCallback):
         row |= probe_row(self.probes, model, st)
         row |= {"algorithm": self.label, "objective": cfg.algorithm, "seed": cfg.seed,
                 "step": step}
-        st["log"].append(row)
-        st["step"] = step
+        st.log.append(row)
+        st.step = step
         self._reset()
         if checkpoint_due(cfg, st) and trainer.accelerator.is_main_process:
             save_checkpoint(self.out, step, model, trainer.processing_class, trainer.optimizer,
                             st, self.identity)
-            write_log(self.out, st["log"], cfg)
-        if cfg.token_budget is not None and st["gen_cum"] >= cfg.token_budget:
+            write_log(self.out, st.log, cfg)
+        if cfg.token_budget is not None and st.gen_cum >= cfg.token_budget:
             control.should_training_stop = True
 
 
@@ -168,12 +169,13 @@ def train_trl(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: 
                           sha256_pins=cfg.sha256_pins or None)
     synthetic = [n for n in stream.names if stream.specs[n].source == "synthetic"]
     probes = ProbeSet(tok, synthetic, cfg.probe_n) if synthetic and world == 1 else None
-    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)["state"] if ckpt else None
-    if state is None:
+    if ckpt is not None:  # counters and log now; optimizer and RNG once TRL has built them
+        state = RunState(**torch.load(ckpt / "trainer_state.pt", weights_only=False)["state"])
+    else:
         model.eval()
         state = initial_state(probes, model)
-    done = state["step"]
-    if done >= cfg.steps or (cfg.token_budget is not None and state["gen_cum"] >= cfg.token_budget):
+    done = state.step
+    if done >= cfg.steps or (cfg.token_budget is not None and state.gen_cum >= cfg.token_budget):
         return finish_run(out, model, tok, state, identity, cfg)
     n_params = sum(p.numel() for p in model.parameters())
     log = RunLog(cfg, out, state, identity, probes, label, n_params)

@@ -44,7 +44,7 @@ class EvalConfig:
         "help": "Data lock of `repro data pin`: sha256 pins, and the mirror when data_dir is None."})
     checkpoint: str = field(default="final", metadata={"help": "Label stored with the results."})
     engine: str = field(default="auto", metadata={"help": "auto (vLLM on GPU, else HF), hf or vllm."})
-    batch_size: int = field(default=8, metadata={"help": "Prompts per HF generate call."})
+    batch_size: int = field(default=16, metadata={"help": "Prompts per HF generate call."})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
     sampling: dict[str, Any] = field(
         default_factory=dict,

@@ -1,8 +1,8 @@
 """Policy-gradient objectives: the one source of truth for every formula in the suite.
 
-The trainer, the diagnostics, the theory experiment and the verl/TRL adapters all call
+The trainer, the diagnostics, the theory experiment and the benchmarks all call
 `policy_loss(cfg, Minibatch(...))`; nothing else derives a loss. Formulas and decisions:
-shared/spec/objectives.md.
+docs/objectives.md.
 """
 
 from repro.objectives import dfpo, grpo, grpo_fix, gspo  # noqa: F401  (register algorithms)

@@ -2,8 +2,8 @@
 
 The clipped ratio is a detached coefficient applied whatever the sign of A (CISPO-style, as
 verl `cispo` with equal bounds). Two copies of a shared token have the same r, hence the same
-coefficient up to A_i, and cancel: the paper's fix of mechanism 1 (see paper.md section 1.5
-for why this reading of "GRPO-fix" was chosen).
+coefficient up to A_i, and cancel: the paper's fix of mechanism 1. The paper does not spell out
+GRPO-fix's definition; docs/objectives.md says why this reading was chosen.
 """
 
 from __future__ import annotations

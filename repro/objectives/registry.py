@@ -6,13 +6,13 @@ An algorithm is a config dataclass (subclass of LossConfig with a `name`) plus a
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
 
+from repro.config_fields import check_fields
 from repro.objectives.aggregation import Normalisers
 from repro.objectives.base import LossConfig, Minibatch
 
@@ -59,10 +59,7 @@ def get_algorithm(name: str) -> Algorithm:
 def make_config(name: str, **overrides: Any) -> LossConfig:
     """Build and validate an algorithm's config; an unknown key names the key and the options."""
     cls = get_algorithm(name).config_cls
-    fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(overrides) - fields)
-    if unknown:
-        raise ValueError(f"{cls.__name__}: unknown field(s) {unknown}; fields: {sorted(fields)}")
+    check_fields(cls, overrides)
     return cls(**overrides)
 
 

@@ -173,7 +173,7 @@ def _run_row(curve: pa.Table, window: int) -> dict[str, Any]:
     """The runs.parquet row of one training curve (sorted by step)."""
     last = {name: curve[name][-1].as_py() for name in curve.column_names}
     kept = ("run_algo", "run_model", "run_group_size", "run_seed", "objective", "gen_tokens_cum",
-            "trained_tokens_cum", "flops_cum")
+            "flops_cum")
     times = curve["time_rollout"].to_numpy() + curve["time_update"].to_numpy()
     return {key: last[key] for key in kept} | {
         "steps": last["step"],

@@ -1,9 +1,10 @@
 """The paper's published numbers, as data (`repro paper-reference` writes them as Parquet).
 
-Source: "Design Conditions for Intra-Group Learning of Sequence-Level Rewards: Token Gradient
-Cancellation", arXiv 2604.13088 v1 (v2 is a different method), as collected in
-../shared/reference/paper.md section 6 (tags there: [WK] wiki summary of the v1 PDF, [SEED]
-seed summaries, unverified). Values marked NOT FOUND or "?" there are left out, not guessed.
+Paper: "Design Conditions for Intra-Group Learning of Sequence-Level Rewards: Token Gradient
+Cancellation", arXiv 2604.13088 v1 (v2 is a different method). The numbers were not read off the
+PDF: they come from a secondary summary of v1 (tag [WK], a wiki summary of the PDF; [SEED], a
+seed summary, unverified), and every row's note says which. Values the summary does not give
+are left out, not guessed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from repro.results import PAPER_REFERENCE, write_table
 
-SOURCE = "arXiv 2604.13088 v1, via shared/reference/paper.md section 6"
+SOURCE = "arXiv 2604.13088 v1, as given by a secondary summary of the paper (not read off the PDF)"
 BASELINE = "GSPO"  # the paper's reference method
 MAIN_MODEL = "Qwen3-32B"  # the model with every method in Table 1
 OUR_LABELS = {  # paper method -> our run label

@@ -9,6 +9,7 @@ from repro.results.schemas import (
     EVAL_PROBLEMS,
     EVAL_SAMPLES,
     PAPER_REFERENCE,
+    THEORY,
     TRAIN_LOG,
 )
 
@@ -20,6 +21,7 @@ __all__ = [
     "EVAL_PROBLEMS",
     "EVAL_SAMPLES",
     "PAPER_REFERENCE",
+    "THEORY",
     "TRAIN_LOG",
     "read_table",
     "write_arrow",

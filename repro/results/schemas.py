@@ -83,7 +83,6 @@ TRAIN_LOG = pa.schema(
         _f("step", pa.int64()),  # 1-based rollout batch index
         _f("gen_tokens", pa.int64()),
         _f("gen_tokens_cum", pa.int64()),
-        _f("trained_tokens_cum", pa.int64()),
         _f("flops_cum", pa.float64()),  # 2 N per generated token + 6 N per trained token
     ]
     + [_f(name, pa.float64()) for name in TRAIN_LOG_METRICS + TRAIN_LOG_TIMING],
@@ -127,7 +126,6 @@ AGG_RUNS = pa.schema(
         _f("objective", pa.string()),
         _f("steps", pa.int64()),  # last logged step
         _f("gen_tokens_cum", pa.int64()),  # at the last step
-        _f("trained_tokens_cum", pa.int64()),
         _f("flops_cum", pa.float64()),
         _f("time_total", pa.float64()),  # seconds: sum of time_rollout + time_update
         _f("reward_final", pa.float64()),  # mean reward_mean of the last smooth_window steps
@@ -149,4 +147,19 @@ PAPER_REFERENCE = pa.schema(
         _f("note", pa.string(), nullable=True),  # source tag, caveats
     ],
     metadata={"schema_name": "paper_reference", "schema_version": "1"},
+)
+
+
+# `repro theory`: one row per (algorithm, seed, step) of the exact tabular experiment.
+THEORY = pa.schema(
+    [_f("algorithm", pa.string())]
+    + [_f(name, pa.int64()) for name in ("seed", "step")]
+    + [
+        _f(name, pa.float64())
+        for name in (
+            "kl_template", "kl_template_cum", "kl_tax", "kl_tax_cum", "logodds",
+            "logodds_drift", "p_correct", "p_template", "entropy_answer", "template_residual",
+            "clip_frac", "zero_adv_frac",
+        )
+    ]
 )

@@ -50,6 +50,7 @@ from repro import __version__
 from repro.atomic import atomic_file
 from repro.objectives import LossConfig, Minibatch, group_advantages, make_config, policy_loss
 from repro.objectives.base import require
+from repro.results import THEORY
 from repro.theory.policy import TEMPLATE_CONTEXTS, VOCAB, Rollout, TabularPolicy
 from repro.theory.probes import kl_sum, probe, residual_step, shared_template_net
 
@@ -61,20 +62,6 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "dfpo_min_replace": ("dfpo", {"transform": "min_replace"}),
     "dfpo_orth_proj": ("dfpo", {"transform": "orth_proj"}),
 }
-
-SCHEMA = pa.schema(
-    [pa.field("algorithm", pa.string(), nullable=False)]
-    + [pa.field(name, pa.int64(), nullable=False) for name in ("seed", "step")]
-    + [
-        pa.field(name, pa.float64(), nullable=False)
-        for name in (
-            "kl_template", "kl_template_cum", "kl_tax", "kl_tax_cum", "logodds",
-            "logodds_drift", "p_correct", "p_template", "entropy_answer", "template_residual",
-            "clip_frac", "zero_adv_frac",
-        )
-    ]
-)
-
 
 @dataclass
 class TheoryConfig:
@@ -176,7 +163,7 @@ def run_theory(cfg: TheoryConfig, out: Path) -> pa.Table:
         ]
     finally:
         torch.set_num_threads(threads)
-    table = pa.Table.from_pylist(rows, schema=SCHEMA).replace_schema_metadata(_metadata(cfg))
+    table = pa.Table.from_pylist(rows, schema=THEORY).replace_schema_metadata(_metadata(cfg))
     out.mkdir(parents=True, exist_ok=True)
     atomic_file(out / "theory.parquet", lambda tmp: pq.write_table(table, tmp))
     plot_theory(table, out)

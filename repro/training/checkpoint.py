@@ -13,6 +13,7 @@ falls back to the newest one that verifies. Any engine that writes this layout t
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
@@ -31,7 +32,7 @@ CHECKSUMS_FILE = "checksums.json"  # written last: {relative path: {"sha256", "b
 
 
 def save_checkpoint(
-    run_dir: Path, step: int, model, tokenizer, optimizer, state: dict[str, Any],
+    run_dir: Path, step: int, model, tokenizer, optimizer, state: Any,
     identity: dict[str, Any],
 ) -> Path:
     final = run_dir / "checkpoints" / f"step_{step:06d}"
@@ -44,7 +45,7 @@ def save_checkpoint(
             "optimizer": optimizer.state_dict(),
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                     "python": random.getstate()},
-            "state": state,
+            "state": dataclasses.asdict(state),
         }, tmp / STATE_FILE)
         write_checksums(tmp)
 
@@ -113,10 +114,13 @@ def same_run(ckpt: Path, identity: dict[str, Any]) -> bool:
     return stored == json.loads(json.dumps(identity, sort_keys=True, default=str))
 
 
-def load_trainer_state(path: Path, optimizer) -> dict[str, Any]:
+def load_trainer_state(path: Path, optimizer) -> Any:
+    """Restore optimizer and RNG states; return the loop's RunState."""
+    from repro.training.loop import RunState
+
     blob = torch.load(path / STATE_FILE, weights_only=False)
     optimizer.load_state_dict(blob["optimizer"])
     torch.set_rng_state(blob["rng"]["torch"])
     np.random.set_state(blob["rng"]["numpy"])
     random.setstate(blob["rng"]["python"])
-    return blob["state"]
+    return RunState(**blob["state"])

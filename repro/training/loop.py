@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import shutil
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,37 @@ from repro.training.export import MANIFEST, frac_label, write_manifest
 from repro.training.logprobs import response_logprobs
 from repro.training.probes import ProbeSet, kl_between
 from repro.training.rollout import PromptStream, Rewarder, rollout
+
+
+@dataclass
+class RunState:
+    """What a checkpoint carries besides weights and optimizer: counters, probe baselines, the
+    log so far, and which budget fractions were saved at which step."""
+
+    step: int = 0
+    gen_cum: int = 0
+    flops_cum: float = 0.0
+    logodds0: float = math.nan
+    prev_ctx: Any = None
+    log: list[dict[str, Any]] = field(default_factory=list)
+    fraction_steps: dict[float, int] = field(default_factory=dict)  # fraction -> step saved
+
+
+@dataclass
+class StepContext:
+    """The fixed parts of one run that every step uses (built once in `train`)."""
+
+    cfg: TrainConfig
+    model: Any
+    tok: Any
+    ref: Any  # the initial policy when kl_coef > 0, else None
+    opt: torch.optim.Optimizer
+    loss_cfg: Any
+    stream: PromptStream
+    rewarder: Rewarder
+    engine: HFEngine
+    n_params: int
+
 
 MEAN_KEYS = ("loss", "clip_frac", "ppo_kl", "w_mean", "neg_weight_frac", "s_spread", "asym",
              "residual_full", "freq_energy", "grad_norm")
@@ -71,27 +103,26 @@ def train(
     probes = ProbeSet(tok, synthetic, cfg.probe_n) if synthetic else None  # real sets: no probes
     if ckpt is not None:
         state = load_trainer_state(ckpt, opt)
-        print(f"repro train: resuming from {ckpt} (step {state['step']})")
+        print(f"repro train: resuming from {ckpt} (step {state.step})")
     else:
         state = initial_state(probes, model)
-    loss_cfg = cfg.loss_config()
-    n_params = sum(p.numel() for p in model.parameters())
-    bar = progress(cfg.steps, f"train {label}", "step", initial=state["step"])
+    ctx = StepContext(cfg, model, tok, ref, opt, cfg.loss_config(), stream, rewarder, engine,
+                      sum(p.numel() for p in model.parameters()))
+    bar = progress(cfg.steps, f"train {label}", "step", initial=state.step)
     try:
-        for step in range(state["step"] + 1, cfg.steps + 1):
-            if cfg.token_budget is not None and state["gen_cum"] >= cfg.token_budget:
+        for step in range(state.step + 1, cfg.steps + 1):
+            if cfg.token_budget is not None and state.gen_cum >= cfg.token_budget:
                 break
-            row = train_step(cfg, step, model, tok, ref, opt, loss_cfg, stream, rewarder, engine,
-                             n_params, state)
+            row = train_step(ctx, step, state)
             row |= probe_row(probes, model, state)
             row |= {"algorithm": label, "objective": cfg.algorithm, "seed": cfg.seed, "step": step}
-            state["log"].append(row)
-            state["step"] = step
+            state.log.append(row)
+            state.step = step
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", entropy=f"{row['entropy']:.3f}")
             if checkpoint_due(cfg, state):
                 save_checkpoint(out, step, model, tok, opt, state, identity)
-                write_log(out, state["log"], cfg)
+                write_log(out, state.log, cfg)
     finally:
         bar.close()
         rewarder.close()
@@ -114,32 +145,32 @@ def open_run(cfg: TrainConfig, out: Path, label: str | None, resume: bool,
     return label, identity, ckpt
 
 
-def finish_run(out: Path, model, tok, state: dict[str, Any], identity: dict[str, Any],
+def finish_run(out: Path, model, tok, state: RunState, identity: dict[str, Any],
                cfg: TrainConfig) -> Path:
     """Log, final policy, then the manifest (last: a run folder with a manifest is complete)."""
-    write_log(out, state["log"], cfg)
+    write_log(out, state.log, cfg)
     final = save_final(out, model, tok)
-    fraction_steps = {frac_label(f): s for f, s in state.get("fraction_steps", {}).items()}
-    write_manifest(out / MANIFEST, identity | {"steps_done": state["step"],
+    fraction_steps = {frac_label(f): s for f, s in state.fraction_steps.items()}
+    write_manifest(out / MANIFEST, identity | {"steps_done": state.step,
                                                 "fraction_steps": fraction_steps})
     return final
 
 
-def initial_state(probes: ProbeSet | None, model) -> dict[str, Any]:
+def initial_state(probes: ProbeSet | None, model) -> RunState:
     """Counters and probe baselines of a run at step 0."""
     logodds0, ctx0 = probes.measure(model) if probes else (math.nan, None)
-    return {"step": 0, "gen_cum": 0, "trained_cum": 0, "flops_cum": 0.0, "logodds0": logodds0,
-            "prev_ctx": ctx0, "log": [], "saved_fractions": [], "fraction_steps": {}}
+    return RunState(logodds0=logodds0, prev_ctx=ctx0)
 
 
-def train_step(cfg, step, model, tok, ref, opt, loss_cfg, stream, rewarder, engine, n_params,
-               state) -> dict[str, Any]:
+def train_step(ctx: StepContext, step: int, state: RunState) -> dict[str, Any]:
+    """One rollout batch and its K updates; advances the counters in `state`, returns the row."""
+    cfg, model, ref = ctx.cfg, ctx.model, ctx.ref
     t0 = time.perf_counter()
     sampling = SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
                               max_new_tokens=cfg.max_new_tokens, n=cfg.group_size,
                               seed=cfg.seed * 1_000_003 + step)
     model.eval()
-    batch = rollout(engine, stream.at(step), stream.specs, rewarder, sampling,
+    batch = rollout(ctx.engine, ctx.stream.at(step), ctx.stream.specs, ctx.rewarder, sampling,
                     want_engine_logp=cfg.behaviour_logprobs == "engine")
     model.train()
     args = (batch.input_ids, batch.attention_mask, batch.response_mask)
@@ -163,23 +194,23 @@ def train_step(cfg, step, model, tok, ref, opt, loss_cfg, stream, rewarder, engi
         logp, _ = response_logprobs(model, ids, attn, resp, chunk_size=cfg.logprob_chunk,
                                     temperature=cfg.temperature, with_entropy=False)
         loss, metrics = loss_and_diagnostics(
-            loss_cfg, logp, logp_old[rows, :width], resp, adv[rows], batch.group[rows], ids,
-            len(tok), ref_logp=None if ref_logp is None else ref_logp[rows, :width],
+            ctx.loss_cfg, logp, logp_old[rows, :width], resp, adv[rows], batch.group[rows], ids,
+            len(ctx.tok), ref_logp=None if ref_logp is None else ref_logp[rows, :width],
             kl_coef=cfg.kl_coef)
-        opt.zero_grad(set_to_none=True)
+        ctx.opt.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf)
-        opt.step()
+        ctx.opt.step()
         updates.append(metrics | {"loss": float(loss.detach()), "grad_norm": float(norm)})
     t2 = time.perf_counter()
 
     resp_mask = batch.response_mask
-    return step_row(cfg, state, n_params, ref is not None, resp_mask.sum(-1), batch.reward,
+    return step_row(cfg, state, ctx.n_params, ref is not None, resp_mask.sum(-1), batch.reward,
                     batch.truncated, float(entropy[resp_mask].mean()), adv_info["zero_adv_frac"],
                     updates, t1 - t0, t2 - t1, batch.grader_errors)
 
 
-def step_row(cfg: TrainConfig, state: dict[str, Any], n_params: int, has_ref: bool,
+def step_row(cfg: TrainConfig, state: RunState, n_params: int, has_ref: bool,
              lengths: Tensor, reward: Tensor, truncated: Tensor, entropy: float,
              zero_adv_frac: float, updates: list[dict[str, float]], time_rollout: float,
              time_update: float, grader_errors: int) -> dict[str, Any]:
@@ -187,13 +218,11 @@ def step_row(cfg: TrainConfig, state: dict[str, Any], n_params: int, has_ref: bo
     also advances the token and FLOPs counters in `state`. Shared by every engine, so the log
     schema and the compute accounting cannot drift apart."""
     gen = int(lengths.sum())
-    state["gen_cum"] += gen
-    state["trained_cum"] += gen
-    state["flops_cum"] += 2.0 * n_params * gen * (2 + has_ref) + 6.0 * n_params * gen
+    state.gen_cum += gen
+    state.flops_cum += 2.0 * n_params * gen * (2 + has_ref) + 6.0 * n_params * gen
     lengths = lengths.double()
     return {
-        "gen_tokens": gen, "gen_tokens_cum": state["gen_cum"],
-        "trained_tokens_cum": state["trained_cum"], "flops_cum": state["flops_cum"],
+        "gen_tokens": gen, "gen_tokens_cum": state.gen_cum, "flops_cum": state.flops_cum,
         "reward_mean": float(reward.mean()), "reward_std": float(reward.std()),
         "accuracy": float((reward == 1).double().mean()),
         "response_len": float(lengths.mean()), "truncated_frac": float(truncated.double().mean()),
@@ -211,27 +240,27 @@ def nanmean(values: list[float]) -> float:
     return sum(kept) / len(kept) if kept else math.nan
 
 
-def probe_row(probes: ProbeSet | None, model, state: dict[str, Any]) -> dict[str, float]:
+def probe_row(probes: ProbeSet | None, model, state: RunState) -> dict[str, float]:
     if probes is None:
         return {"logodds": math.nan, "logodds_drift": math.nan, "kl_template": math.nan}
     model.eval()
     logodds, ctx = probes.measure(model)
     model.train()
-    row = {"logodds": logodds, "logodds_drift": logodds - state["logodds0"],
-           "kl_template": kl_between(ctx, state["prev_ctx"])}
-    state["prev_ctx"] = ctx
+    row = {"logodds": logodds, "logodds_drift": logodds - state.logodds0,
+           "kl_template": kl_between(ctx, state.prev_ctx)}
+    state.prev_ctx = ctx
     return row
 
 
-def checkpoint_due(cfg: TrainConfig, state: dict[str, Any]) -> bool:
-    """Every `checkpoint_every` steps, and once per budget fraction crossed."""
-    step = state["step"]
+def checkpoint_due(cfg: TrainConfig, state: RunState) -> bool:
+    """Every `checkpoint_every` steps, and once per budget fraction crossed (recorded in
+    `state.fraction_steps`, which the export reads back)."""
+    step = state.step
     used = step / cfg.steps
     if cfg.token_budget is not None:
-        used = max(used, state["gen_cum"] / cfg.token_budget)
-    new = [f for f in cfg.checkpoint_fractions if used >= f and f not in state["saved_fractions"]]
-    state["saved_fractions"] += new
-    state["fraction_steps"].update({f: step for f in new})  # the checkpoint export reads back
+        used = max(used, state.gen_cum / cfg.token_budget)
+    new = [f for f in cfg.checkpoint_fractions if used >= f and f not in state.fraction_steps]
+    state.fraction_steps.update({f: step for f in new})
     return bool(new) or (cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0)
 
 

@@ -1,0 +1,125 @@
+"""One home per default: the config dataclasses. Every default in config/schema.yaml and every
+CLI option default equals the dataclass field it stands for; a new schema default must be mapped
+here (or listed as the pipeline's own selection), so drift fails this test."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+
+from repro.bench.logprobs import LogprobsBenchConfig
+from repro.bench.objectives import ObjectivesBenchConfig
+from repro.bench.sandbox import SandboxBenchConfig
+from repro.cli import app
+from repro.config_fields import field_defaults
+from repro.evaluation.runner import EvalConfig
+from repro.reporting.study import Study
+from repro.theory.experiment import TheoryConfig
+from repro.training.config import TrainConfig
+
+SCHEMA = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "schema.yaml").read_text())
+
+# schema key -> (dataclass, field) whose default it must equal
+SCHEMA_FIELDS: dict[str, tuple[type, str]] = {
+    "experiment": (Study, "experiment"),
+    "run.algorithms": (Study, "main_algos"),
+    "eval.k": (EvalConfig, "k"),
+    "eval.limit": (EvalConfig, "limit"),
+    "eval.engine": (EvalConfig, "engine"),
+    "eval.batch_size": (EvalConfig, "batch_size"),
+    "eval.data_dir": (EvalConfig, "data_dir"),
+    "eval.sampling": (EvalConfig, "sampling"),
+    "eval.fractions": (TrainConfig, "checkpoint_fractions"),
+    "ablations.algorithms": (Study, "ablation_algos"),
+    "ablations.group_algorithms": (Study, "group_algos"),
+    "report.baseline": (Study, "baseline"),
+    "report.proposed": (Study, "proposed"),
+    "report.threshold": (Study, "threshold"),
+    "report.smooth_window": (Study, "smooth_window"),
+    "theory.steps": (TheoryConfig, "steps"),
+    "theory.seed": (TheoryConfig, "seed"),
+}
+# Defaults that belong to the pipeline alone (no dataclass has them): selections of the grid,
+# and empty override blocks.
+PIPELINE_ONLY = {"run", "run.models", "run.seeds", "eval", "eval.benchmarks", "eval.init",
+                 "ablations", "ablations.group_sizes", "ablations.seeds", "report", "theory",
+                 "models.*.sft", "algorithms.*.objective"}
+
+# CLI command -> the dataclass its options stand for
+CLI_CONFIGS: dict[str, type] = {
+    "eval": EvalConfig,
+    "theory": TheoryConfig,
+    "aggregate": Study,
+    "bench objectives": ObjectivesBenchConfig,
+    "bench sandbox": SandboxBenchConfig,
+    "bench logprobs": LogprobsBenchConfig,
+}
+
+
+def schema_defaults(node: dict, prefix: str = "") -> dict[str, Any]:
+    """Every `default` in the schema, by dotted key (`*` for a catalogue entry)."""
+    out = {}
+    for key, sub in node.get("properties", {}).items():
+        path = f"{prefix}{key}"
+        if "default" in sub:
+            out[path] = sub["default"]
+        out |= schema_defaults(sub, f"{path}.")
+    extra = node.get("additionalProperties")
+    if isinstance(extra, dict):
+        out |= schema_defaults(extra, f"{prefix}*.")
+    return out
+
+
+def plain(value: Any) -> Any:
+    """Tuples as lists, Paths as strings: how YAML and the CLI spell them."""
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return str(value) if isinstance(value, Path) else value
+
+
+def test_every_schema_default_is_the_dataclass_default():
+    defaults = schema_defaults(SCHEMA)
+    unmapped = sorted(set(defaults) - set(SCHEMA_FIELDS) - PIPELINE_ONLY)
+    assert unmapped == [], f"schema defaults with no dataclass field named here: {unmapped}"
+    assert set(SCHEMA_FIELDS) <= set(defaults), sorted(set(SCHEMA_FIELDS) - set(defaults))
+    for key, (cls, name) in SCHEMA_FIELDS.items():
+        assert plain(defaults[key]) == plain(field_defaults(cls)[name]), (key, cls.__name__, name)
+
+
+def cli_commands() -> dict[str, Any]:
+    """Click commands by their spelled name ('eval', 'bench sandbox')."""
+    root = typer.main.get_command(app)
+    out = {}
+    for name, cmd in root.commands.items():
+        for sub_name, sub in getattr(cmd, "commands", {}).items():
+            out[f"{name} {sub_name}"] = sub
+        out[name] = cmd
+    return out
+
+
+@pytest.mark.parametrize("command", sorted(CLI_CONFIGS))
+def test_every_cli_default_is_the_dataclass_default(command):
+    cls = CLI_CONFIGS[command]
+    defaults = field_defaults(cls)
+    params = {p.name: p for p in cli_commands()[command].params}
+    shared = sorted(set(params) & set(defaults))
+    assert len(shared) >= 2, (command, shared)
+    for name in shared:
+        got, want = params[name].default, defaults[name]
+        if isinstance(want, tuple) and isinstance(got, str):  # comma-separated list options
+            got = tuple(got.split(",")) if got else ()
+        assert plain(got) == plain(want), (command, name, got, want)
+
+
+def test_train_and_sft_help_come_from_the_dataclasses():
+    """`repro train --help` lists TrainConfig's own defaults; no CLI copy exists to drift."""
+    from repro.training.config import fields_help
+
+    text = fields_help()
+    for f in dataclasses.fields(TrainConfig):
+        assert f"{f.name} [{field_defaults(TrainConfig)[f.name]!r}]" in text

@@ -1,0 +1,62 @@
+"""Trainer options no other test sets: the compute-matching stop (`token_budget`), the k3 KL to
+the initial policy (`kl_coef > 0`) and the sampler's own log-probs (`behaviour_logprobs: engine`)."""
+
+from __future__ import annotations
+
+import json
+
+from test_train import hashed, small, tiny_model  # noqa: F401  (fixtures)
+
+from repro.results import TRAIN_LOG, read_table
+from repro.training.config import TrainConfig
+from repro.training.loop import train
+
+
+def log_of(out) -> list[dict]:
+    return read_table(out / "train_log.parquet", TRAIN_LOG).to_pylist()
+
+
+def test_token_budget_stops_at_the_first_step_that_reaches_it(tiny_model, tmp_path, hashed):  # noqa: F811
+    budget = 300  # a step generates at most P x G x max_new_tokens = 4 x 4 x 12 = 192 tokens
+    cfg = TrainConfig(**small(tiny_model, steps=50, token_budget=budget,
+                              checkpoint_fractions=[0.5, 1.0]))
+    train(cfg, tmp_path)
+    rows = log_of(tmp_path)
+    cum = [r["gen_tokens_cum"] for r in rows]
+    assert 2 <= len(rows) < 50
+    assert cum[-1] >= budget > cum[-2], cum  # stopped on the step that crossed the budget
+    half = next(r["step"] for r in rows if r["gen_tokens_cum"] >= budget / 2)
+    steps = json.loads((tmp_path / "manifest.json").read_text())["fraction_steps"]
+    assert steps == {"0.5": half, "1.0": rows[-1]["step"]}, steps  # fractions of the tokens
+
+
+def test_kl_coef_adds_the_k3_penalty_to_the_loss(tiny_model, tmp_path, hashed):  # noqa: F811
+    """Same rollouts (step 1 samples the same model); the policy equals the reference on the first
+    update (k3 and its gradient are 0 there), so the second update's loss is the plain loss plus
+    kl_coef * k3 > 0: the logged mean loss is larger, and training diverges from there."""
+    runs = {}
+    for coef in (0.0, 0.5):
+        out = tmp_path / f"kl{coef}"
+        train(TrainConfig(**small(tiny_model, steps=2, kl_coef=coef)), out)
+        runs[coef] = log_of(out)
+    plain, kl = runs[0.0][0], runs[0.5][0]
+    assert kl["reward_mean"] == plain["reward_mean"] and kl["gen_tokens"] == plain["gen_tokens"]
+    assert kl["loss"] > plain["loss"]
+    assert kl["flops_cum"] > plain["flops_cum"]  # the reference model's forward is counted
+    assert runs[0.5][1]["loss"] != runs[0.0][1]["loss"]
+
+
+def test_engine_logprobs_make_the_first_update_off_policy(tiny_model, tmp_path, hashed):  # noqa: F811
+    """With K = 1 and the trainer's own logp_old, s = 1 exactly. The sampler's log-probs are
+    taken instead with `engine`: the HF engine scores the same distribution through its KV cache,
+    so s differs from 1 only at rounding level (measured ~5e-9 in ppo_kl) but is not exactly 1."""
+    runs = {}
+    for mode in ("trainer", "engine"):
+        out = tmp_path / mode
+        train(TrainConfig(**small(tiny_model, steps=1, minibatches=1, algorithm="gspo",
+                                  behaviour_logprobs=mode)), out)
+        runs[mode] = log_of(out)[0]
+    trainer, engine = runs["trainer"], runs["engine"]
+    assert trainer["ppo_kl"] == 0.0 and trainer["w_min"] == trainer["w_max"] == 1.0
+    assert engine["ppo_kl"] != 0.0 and engine["w_max"] > engine["w_min"]
+    assert abs(engine["ppo_kl"]) < 1e-4  # same model, same distribution: a numerical mismatch
