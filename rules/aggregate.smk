@@ -10,14 +10,15 @@ rule aggregate:
         train_logs=train_logs(),
         eval_problems=eval_problems(),
     output:
-        update(expand("results/aggregate/{name}.parquet", name=AGGREGATES)),
+        update(aggregate_files()),
     log:
         "logs/aggregate/aggregate.log",
     params:
+        out=subpath(output[0], parent=True),
         study=study_options(),
         code=REPORT_CODE,
     conda:
         "../envs/cpu.yaml"
     shell:
-        "python -m repro aggregate --out results/aggregate {params.study}"
+        "python -m repro aggregate --out {params.out} {params.study}"
         " {input.train_logs} {input.eval_problems} > {log} 2>&1"

@@ -92,7 +92,21 @@ MAIN_G = int(config["train"]["group_size"])
 MAIN_P = int(config["train"]["prompts_per_step"])
 RUN = "algo={algo}/model={model}/group_size={group_size}/seed={seed}"
 INIT = "algo=init/model={model}/seed={seed}/frac=0.0"
-RUN_DIR = "results/runs/algo={algo}/model={model}/group_size={group_size}/seed={seed}"
+
+# The output layout, in one place (rules use these, never their own literals). An experiment's
+# own outputs live under config `results`; SFT models, the paper reference and the theory
+# experiment do not depend on the experiment and stay under results/.
+OUT = config["results"].rstrip("/")
+RUN_DIR = f"{OUT}/runs/{RUN}"  # patterns with the run's wildcards
+SCRATCH_DIR = f"{OUT}/scratch/{RUN}"
+EVAL_DIR = f"{OUT}/eval/{RUN}/frac={{frac}}"
+INIT_DIR = f"{OUT}/eval/{INIT}"
+AGG_DIR = f"{OUT}/aggregate"
+TABLE_DIR = f"{OUT}/tables"
+FIGURE_DIR = f"{OUT}/figures"
+MODEL_DIR = "results/models/model={model}/sft"
+PAPER_REFERENCE = "results/paper/reference.parquet"
+THEORY_DIR = "results/theory"
 
 
 def source_digest(*parts: str) -> str:
@@ -160,11 +174,17 @@ def run_keys() -> list[dict]:
 
 
 def run_dir(r: dict) -> str:
-    return f"results/runs/{RUN.format(**r)}"
+    return RUN_DIR.format(**r)
 
 
 def eval_dir(r: dict, frac: str) -> str:
-    return f"results/eval/{RUN.format(**r)}/frac={frac}"
+    return EVAL_DIR.format(**r, frac=frac)
+
+
+def per_benchmark(folder: str, name: str) -> list[str]:
+    """`folder/benchmark=B/name` for every evaluated benchmark (other wildcards kept)."""
+    return expand(f"{folder}/benchmark={{benchmark}}/{name}",
+                  benchmark=config["eval"]["benchmarks"], allow_missing=True)
 
 
 def train_logs() -> list[str]:
@@ -182,7 +202,7 @@ def eval_problems(main_only: bool = False) -> list[str]:
                       for b in config["eval"]["benchmarks"]]
     if config["eval"]["init"]:  # at every run seed: paired, same sampling seed as the runs
         for model in config["run"]["models"]:
-            files += [f"results/eval/{INIT.format(model=model, seed=s)}/benchmark={b}/problems.parquet"
+            files += [f"{INIT_DIR.format(model=model, seed=s)}/benchmark={b}/problems.parquet"
                       for s in run_seeds() for b in config["eval"]["benchmarks"]]
     return files
 
@@ -196,7 +216,7 @@ def start_policy(model: str) -> str:
     """Where RL starts: the pipeline's SFT folder, or the hub id / path as given."""
     entry = config["models"][model]
     if entry["source"] == "sft":
-        return f"results/models/model={model}/sft"
+        return MODEL_DIR.format(model=model)
     if "id" not in entry:
         raise ValueError(f"config: models.{model} has source hub but no 'id'")
     return entry["id"]
@@ -386,19 +406,23 @@ FIGURES = ["reward_vs_compute", "entropy_vs_step", "logodds_drift_vs_step", "kl_
 AGGREGATES = ["train_curves", "eval_problems", "eval_samples", "runs"]
 
 
+def aggregate_files() -> list[str]:
+    return expand(f"{AGG_DIR}/{{name}}.parquet", name=AGGREGATES)
+
+
 def table_files() -> list[str]:
-    return expand("results/tables/{name}.{ext}", name=TABLES, ext=["md", "tex"])
+    return expand(f"{TABLE_DIR}/{{name}}.{{ext}}", name=TABLES, ext=["md", "tex"])
 
 
 def figure_files() -> list[str]:
-    return expand("results/figures/{name}.{ext}", name=FIGURES, ext=["pdf", "png"])
+    return expand(f"{FIGURE_DIR}/{{name}}.{{ext}}", name=FIGURES, ext=["pdf", "png"])
 
 
 def ablation_targets() -> list[str]:
     """`snakemake ablations`: the ablation runs, then the table and figure that read them."""
     runs = [r for r in run_keys() if not r["main"]]
     return ([f"{run_dir(r)}/train_log.parquet" for r in runs]
-            + ["results/tables/ablations.md", "results/figures/group_size_ablation.pdf"])
+            + [f"{TABLE_DIR}/ablations.md", f"{FIGURE_DIR}/group_size_ablation.pdf"])
 
 
 def write_yaml(path: str, data: dict) -> None:
@@ -416,8 +440,7 @@ def verified_outputs() -> list[str]:
     problems = eval_problems()
     return (train_logs() + problems + [p.replace("problems.parquet", "samples.parquet")
                                        for p in problems]
-            + expand("results/aggregate/{name}.parquet", name=AGGREGATES)
-            + ["results/theory/theory.parquet", "results/paper/reference.parquet"])
+            + aggregate_files() + [f"{THEORY_DIR}/theory.parquet", PAPER_REFERENCE])
 
 
 # A damaged output (truncated, garbage, torn copy) is moved aside to NAME.corrupt here, with one
@@ -430,7 +453,7 @@ for line in quarantine(verified_outputs(), Path(".snakemake") / "repro-verified.
 def final_targets() -> list[str]:
     """`snakemake` with no target: every run, evaluation, aggregate, table and figure."""
     return (train_logs() + eval_problems() + table_files() + figure_files()
-            + ["results/theory/theory.parquet"])
+            + [f"{THEORY_DIR}/theory.parquet"])
 
 
 def check_run_configs() -> None:

@@ -7,7 +7,7 @@ rule sft:
     input:
         sft_inputs,
     output:
-        directory("results/models/model={model}/sft"),
+        directory(MODEL_DIR),
     log:
         "logs/sft/model={model}.log",
     benchmark:
@@ -29,7 +29,7 @@ rule run_config:
     """One run's resolved TrainConfig; the params trigger rewrites it (and so reruns its
     training) only when a value of that run changes."""
     output:
-        "results/runs/algo={algo}/model={model}/group_size={group_size}/seed={seed}/config.yaml",
+        f"{RUN_DIR}/config.yaml",
     log:
         "logs/run_config/algo={algo}/model={model}/group_size={group_size}/seed={seed}.log",
     params:

@@ -5,24 +5,16 @@
 rule evaluate:
     """avg@k of the checkpoint saved at `frac` of the run's budget."""
     input:
-        policy="results/runs/algo={algo}/model={model}/group_size={group_size}/seed={seed}/policy/frac={frac}",
+        policy=f"{RUN_DIR}/policy/frac={{frac}}",
     output:
-        problems=expand(
-            "results/eval/algo={{algo}}/model={{model}}/group_size={{group_size}}/seed={{seed}}/frac={{frac}}/benchmark={benchmark}/problems.parquet",
-            benchmark=config["eval"]["benchmarks"],
-            allow_missing=True,
-        ),
-        samples=expand(
-            "results/eval/algo={{algo}}/model={{model}}/group_size={{group_size}}/seed={{seed}}/frac={{frac}}/benchmark={benchmark}/samples.parquet",
-            benchmark=config["eval"]["benchmarks"],
-            allow_missing=True,
-        ),
+        problems=per_benchmark(EVAL_DIR, "problems.parquet"),
+        samples=per_benchmark(EVAL_DIR, "samples.parquet"),
     log:
         "logs/evaluate/algo={algo}/model={model}/group_size={group_size}/seed={seed}/frac={frac}.log",
     benchmark:
         "benchmarks/evaluate/algo={algo}/model={model}/group_size={group_size}/seed={seed}/frac={frac}.jsonl"
     params:
-        out="results/eval/algo={algo}/model={model}/group_size={group_size}/seed={seed}/frac={frac}",
+        out=EVAL_DIR,
         options=eval_options(),
         code=EVAL_CODE,
     threads: 1
@@ -44,22 +36,14 @@ rule evaluate_init:
     input:
         start=start_inputs,
     output:
-        problems=expand(
-            "results/eval/algo=init/model={{model}}/seed={{seed}}/frac=0.0/benchmark={benchmark}/problems.parquet",
-            benchmark=config["eval"]["benchmarks"],
-            allow_missing=True,
-        ),
-        samples=expand(
-            "results/eval/algo=init/model={{model}}/seed={{seed}}/frac=0.0/benchmark={benchmark}/samples.parquet",
-            benchmark=config["eval"]["benchmarks"],
-            allow_missing=True,
-        ),
+        problems=per_benchmark(INIT_DIR, "problems.parquet"),
+        samples=per_benchmark(INIT_DIR, "samples.parquet"),
     log:
         "logs/evaluate_init/model={model}/seed={seed}.log",
     benchmark:
         "benchmarks/evaluate_init/model={model}/seed={seed}.jsonl"
     params:
-        out="results/eval/algo=init/model={model}/seed={seed}/frac=0.0",
+        out=INIT_DIR,
         policy=start_policy_of,
         options=eval_options(),
         code=EVAL_CODE,

@@ -6,7 +6,7 @@
 rule paper_reference:
     """The paper's published numbers (repro/reporting/paper_numbers.py) as Parquet."""
     output:
-        "results/paper/reference.parquet",
+        PAPER_REFERENCE,
     log:
         "logs/paper_reference/paper_reference.log",
     params:
@@ -19,75 +19,80 @@ rule paper_reference:
 
 rule tables:
     input:
-        aggregate=expand("results/aggregate/{name}.parquet", name=AGGREGATES),
-        paper="results/paper/reference.parquet",
+        aggregate=aggregate_files(),
+        paper=PAPER_REFERENCE,
     output:
         [
             report(
-                f"results/tables/{name}.md",
+                f"{TABLE_DIR}/{name}.md",
                 caption="report/tables.rst",
                 category="Tables",
                 labels={"table": name},
             )
             for name in TABLES
         ],
-        expand("results/tables/{name}.tex", name=TABLES),
+        expand(f"{TABLE_DIR}/{{name}}.tex", name=TABLES),
     log:
         "logs/tables/tables.log",
     params:
+        aggregate=lambda wildcards, input: Path(input.aggregate[0]).parent,
+        out=subpath(output[0], parent=True),
         code=REPORT_CODE,
     conda:
         "../envs/cpu.yaml"
     shell:
-        "python -m repro tables --aggregate results/aggregate --paper {input.paper}"
-        " --out results/tables > {log} 2>&1"
+        "python -m repro tables --aggregate {params.aggregate} --paper {input.paper}"
+        " --out {params.out} > {log} 2>&1"
 
 
 rule figures:
     input:
-        expand("results/aggregate/{name}.parquet", name=AGGREGATES),
+        aggregate_files(),
     output:
         [
             report(
-                f"results/figures/{name}.png",
+                f"{FIGURE_DIR}/{name}.png",
                 caption="report/figures.rst",
                 category="Figures",
                 labels={"figure": name},
             )
             for name in FIGURES
         ],
-        expand("results/figures/{name}.pdf", name=FIGURES),
+        expand(f"{FIGURE_DIR}/{{name}}.pdf", name=FIGURES),
     log:
         "logs/figures/figures.log",
     params:
+        aggregate=lambda wildcards, input: Path(input[0]).parent,
+        out=subpath(output[0], parent=True),
         code=REPORT_CODE,
     conda:
         "../envs/cpu.yaml"
     shell:
-        "python -m repro figures --aggregate results/aggregate --out results/figures > {log} 2>&1"
+        "python -m repro figures --aggregate {params.aggregate} --out {params.out} > {log} 2>&1"
 
 
 rule theory:
     """The exact tabular experiment: learning tax and drift between equally good answers."""
     output:
-        "results/theory/theory.parquet",
+        f"{THEORY_DIR}/theory.parquet",
         report(
-            "results/theory/theory.png",
+            f"{THEORY_DIR}/theory.png",
             caption="report/theory.rst",
             category="Theory",
         ),
-        "results/theory/theory.pdf",
+        f"{THEORY_DIR}/theory.pdf",
     log:
         "logs/theory/theory.log",
     params:
         steps=config["theory"]["steps"],
         seed=config["theory"]["seed"],
+        out=subpath(output[0], parent=True),
         code=THEORY_CODE,
     threads: 1
     conda:
         "../envs/cpu.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} python -m repro theory --out results/theory"
+        "OMP_NUM_THREADS={threads} python -m repro theory --out {params.out}"
         " --steps {params.steps} --seed {params.seed} > {log} 2>&1"
 
 

@@ -8,18 +8,18 @@ rule train:
     job): a restarted job continues from its newest checkpoint, unless the config or the code
     digest changed."""
     input:
-        cfg="results/runs/algo={algo}/model={model}/group_size={group_size}/seed={seed}/config.yaml",
+        cfg=f"{RUN_DIR}/config.yaml",
         start=start_inputs,
     output:
-        log="results/runs/algo={algo}/model={model}/group_size={group_size}/seed={seed}/train_log.parquet",
-        manifest="results/runs/algo={algo}/model={model}/group_size={group_size}/seed={seed}/manifest.json",
+        log=f"{RUN_DIR}/train_log.parquet",
+        manifest=f"{RUN_DIR}/manifest.json",
         policies=[directory(f"{RUN_DIR}/policy/frac={frac}") for frac in FRACTIONS],
     log:
         "logs/train/algo={algo}/model={model}/group_size={group_size}/seed={seed}.log",
     benchmark:
         "benchmarks/train/algo={algo}/model={model}/group_size={group_size}/seed={seed}.jsonl"
     params:
-        scratch="results/scratch/algo={algo}/model={model}/group_size={group_size}/seed={seed}",
+        scratch=SCRATCH_DIR,
         out=subpath(output.log, parent=True),
         code=TRAIN_CODE,
         launch=train_launcher,

@@ -48,7 +48,7 @@ SCHEMA_FIELDS: dict[str, tuple[type, str]] = {
 # and empty override blocks.
 PIPELINE_ONLY = {"run", "run.models", "run.seeds", "eval", "eval.benchmarks", "eval.init",
                  "ablations", "ablations.group_sizes", "ablations.seeds", "report", "theory",
-                 "models.*.sft", "algorithms.*.objective"}
+                 "models.*.sft", "algorithms.*.objective", "results", "data_lock"}
 
 # CLI command -> the dataclass its options stand for
 CLI_CONFIGS: dict[str, type] = {

@@ -93,6 +93,21 @@ def test_dry_run_of_every_preset(preset, lock):
     assert {"aggregate", "tables", "figures"} <= set(planned), planned
 
 
+def test_the_study_preset_keeps_its_own_results_and_shares_the_sft(lock):
+    """config `results`: the tiny study's runs, evaluations, aggregate and tables live under
+    results/tiny-study/ (the default's committed aggregate is never its output); the SFT start
+    and the paper reference are shared."""
+    out = ok(snakemake("-n", "-F", "-p", "--nolock", "--cores", "2", "--configfile",
+                       "config/presets/tiny-study.yaml", "--config", f"data_lock={lock}"))
+    assert "repro aggregate --out results/tiny-study/aggregate" in out
+    assert "repro tables --aggregate results/tiny-study/aggregate" in out
+    assert "--out results/tiny-study/tables" in out
+    assert "results/tiny-study/runs/algo=grpo/model=tiny/group_size=8/seed=4/train_log.parquet" in out
+    assert "--out results/tiny-study/eval/algo=init/model=tiny/seed=4/frac=0.0" in out
+    assert "results/models/model=tiny/sft" in out and "tiny-study/models" not in out
+    assert " results/aggregate/" not in out and "--out results/aggregate " not in out
+
+
 def test_paper_preset_runs_real_models_with_vllm_and_avg_at_32(lock):
     out = ok(snakemake("-n", "-F", "-p", "--nolock", "--cores", "2", "--configfile",
                        "config/presets/paper-qwen3-32b.yaml", "--config", f"data_lock={lock}"))
