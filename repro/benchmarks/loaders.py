@@ -19,7 +19,6 @@ Hub parquet files are read with pyarrow (no `datasets` cache side effects); LCB 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import importlib
 import os
 import re
@@ -37,6 +36,7 @@ from repro.benchmarks import lcb
 from repro.benchmarks.mapping import row_to_problem
 from repro.benchmarks.problem import Problem, revision_hash
 from repro.benchmarks.spec import BenchmarkSpec
+from repro.results.manifest import sha256_of
 
 _TRUE = {"1", "ON", "YES", "TRUE"}
 
@@ -91,7 +91,7 @@ def _load_parquet(
     spec: BenchmarkSpec, data_dir: Path | None, pins: dict[str, str]
 ) -> tuple[list[Problem], dict]:
     files, provenance = locate(spec, spec.files, data_dir)
-    digests = {name: sha256_file(path) for name, path in files.items()}
+    digests = {name: sha256_of(path) for name, path in files.items()}
     for name, digest in digests.items():
         lcb.check_pin(name, digest, pins)
     problems = [
@@ -273,11 +273,3 @@ def local_commit(root: Path, files: dict[str, Path]) -> str | None:
         meta = root / ".cache" / "huggingface" / "download" / f"{name}.metadata"
         commits.add(meta.read_text().split("\n", 1)[0].strip() if meta.is_file() else None)
     return commits.pop() if len(commits) == 1 else None
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

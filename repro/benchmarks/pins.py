@@ -90,7 +90,8 @@ def missing_pins(
 
 def pin(specs: list[BenchmarkSpec], data_dir: Path, lock_path: Path) -> dict[str, Any]:
     """Fetch each spec's files into `data_dir` (when absent), hash them, merge into the lock."""
-    from repro.benchmarks.loaders import download, local_commit, locate, sha256_file
+    from repro.benchmarks.loaders import download, local_commit, locate
+    from repro.results.manifest import sha256_of
 
     lock = read_lock(lock_path) if lock_path.exists() else {"datasets": {}}
     datasets = dict(lock["datasets"])
@@ -105,7 +106,7 @@ def pin(specs: list[BenchmarkSpec], data_dir: Path, lock_path: Path) -> dict[str
             "revision": spec.revision,
             "resolved_revision": local_commit(data_dir / spec.dataset, files),
             "sha256": {**entry.get("sha256", {}),
-                       **{name: sha256_file(path) for name, path in sorted(files.items())}},
+                       **{name: sha256_of(path) for name, path in sorted(files.items())}},
         }
     try:
         where = str(data_dir.resolve().relative_to(lock_path.parent.resolve()))

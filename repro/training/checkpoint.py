@@ -14,7 +14,6 @@ falls back to the newest one that verifies. Any engine that writes this layout t
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import random
 from collections.abc import Callable
@@ -25,6 +24,7 @@ import numpy as np
 import torch
 
 from repro.atomic import atomic_dir
+from repro.results.manifest import sha256_of
 
 STATE_FILE = "trainer_state.pt"
 IDENTITY_FILE = "run.json"  # what produced the checkpoint: resolved config + caller's fingerprint
@@ -53,17 +53,9 @@ def save_checkpoint(
     return final
 
 
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_checksums(folder: Path) -> None:
     """Record sha256 and size of every file under `folder` (call it after the last write)."""
-    sums = {str(p.relative_to(folder)): {"sha256": file_digest(p), "bytes": p.stat().st_size}
+    sums = {str(p.relative_to(folder)): {"sha256": sha256_of(p), "bytes": p.stat().st_size}
             for p in sorted(folder.rglob("*")) if p.is_file() and p.name != CHECKSUMS_FILE}
     (folder / CHECKSUMS_FILE).write_text(json.dumps(sums, indent=1, sort_keys=True))
 
@@ -84,7 +76,7 @@ def verify_checkpoint(ckpt: Path) -> str | None:
             return f"{name} is missing"
         if path.stat().st_size != want["bytes"]:
             return f"{name} has {path.stat().st_size} bytes, {want['bytes']} recorded"
-        if file_digest(path) != want["sha256"]:
+        if sha256_of(path) != want["sha256"]:
             return f"{name} does not match its recorded sha256"
     return None
 
