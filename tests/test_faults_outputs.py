@@ -224,6 +224,10 @@ def study_options():
     return "--experiment test"
 
 
+def aggregate_files():
+    return expand("results/aggregate/{{name}}.parquet", name=AGGREGATES)
+
+
 include: "{rules}/aggregate.smk"
 """
 

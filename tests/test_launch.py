@@ -79,8 +79,8 @@ def multinode_profile(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("preset", PAPER)
-def test_paper_presets_run_trl_under_accelerate_fsdp2_on_the_profiles_gpus(tmp_path, preset):
-    preset_args = ("--configfile", f"config/presets/{preset}")
+def test_paper_presets_run_trl_under_accelerate_fsdp2_on_the_profiles_gpus(tmp_path, preset, lock):
+    preset_args = ("--configfile", f"config/presets/{preset}", "--config", f"data_lock={lock}")
     jobs = plan(*preset_args)
     for _, shell in jobs:
         assert shell.startswith(f"accelerate launch {ACCELERATE} --num_processes 8 "
@@ -98,10 +98,11 @@ def test_paper_presets_run_trl_under_accelerate_fsdp2_on_the_profiles_gpus(tmp_p
 
 
 @pytest.fixture(scope="module")
-def multinode_plan(tmp_path_factory) -> list[tuple[dict[str, str], str]]:
+def multinode_plan(tmp_path_factory, lock) -> list[tuple[dict[str, str], str]]:
     """Train jobs of the 80B preset with the profile's several-nodes entry."""
     site = multinode_profile(tmp_path_factory.mktemp("profile"))
-    return plan("--configfile", "config/presets/paper-qwen3-next-80b.yaml", profile=site)
+    return plan("--configfile", "config/presets/paper-qwen3-next-80b.yaml",
+                "--config", f"data_lock={lock}", profile=site)
 
 
 def test_several_nodes_plan_one_accelerate_launch_per_node_under_srun(multinode_plan):

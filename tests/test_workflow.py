@@ -70,19 +70,6 @@ def copy_workflow(dest: Path, extra: tuple[str, ...] = ()) -> Path:
     return dest
 
 
-@pytest.fixture(scope="module")
-def lock(tmp_path_factory) -> str:
-    """A data lock as `repro data pin` writes it, pinning every LCB shard (digits made up: a
-    dry run reads no data)."""
-    path = tmp_path_factory.mktemp("lock") / "data.lock.yaml"
-    shards = ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, 7)]
-    path.write_text(yaml.safe_dump({"data_dir": "hub-data", "datasets": {
-        "livecodebench/code_generation_lite": {
-            "revision": "main", "resolved_revision": None,
-            "sha256": {name: f"{i:064x}" for i, name in enumerate(shards)}}}}))
-    return str(path)
-
-
 @pytest.mark.parametrize("preset", [None, *PRESETS])
 def test_dry_run_of_every_preset(preset, lock):
     # --forceall: the whole DAG, whatever outputs this checkout already holds
@@ -139,8 +126,6 @@ def test_every_eval_sampling_key_reaches_repro_eval(tmp_path):
 
 
 def test_slurm_profile_turns_train_and_eval_into_gpu_jobs():
-    import yaml
-
     profile = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())
     assert profile["executor"] == "slurm"
     for rule in ("train", "evaluate", "evaluate_init"):

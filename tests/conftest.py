@@ -1,0 +1,19 @@
+"""Fixtures shared by the workflow and launch tests."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+
+@pytest.fixture(scope="module")
+def lock(tmp_path_factory) -> str:
+    """A data lock as `repro data pin` writes it, pinning every LCB shard (digits made up: a
+    dry run reads no data)."""
+    path = tmp_path_factory.mktemp("lock") / "data.lock.yaml"
+    shards = ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, 7)]
+    path.write_text(yaml.safe_dump({"data_dir": "hub-data", "datasets": {
+        "livecodebench/code_generation_lite": {
+            "revision": "main", "resolved_revision": None,
+            "sha256": {name: f"{i:064x}" for i, name in enumerate(shards)}}}}))
+    return str(path)
