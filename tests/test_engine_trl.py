@@ -300,7 +300,7 @@ def tiny_policy(tmp_path_factory):
 def small(model, **kw) -> dict:
     return {"model": str(model), "steps": 3, "prompts_per_step": P, "group_size": G,
             "minibatches": K, "max_new_tokens": 12, "probe_n": 2, "checkpoint_every": 0,
-            "checkpoint_fractions": [0.5, 1.0], "lr": 1e-3, "top_k": 2, "engine": "trl"} | kw
+            "checkpoint_fractions": [0.5, 1.0], "lr": 1e-3, "engine": "trl"} | kw
 
 
 @pytest.fixture
