@@ -1,6 +1,7 @@
 # dfpo-repro: the paper's tables and figures from nothing, compute-matched, at tiny CPU scale by
 # default (`snakemake --cores all`) and at paper scale with a preset and the SLURM profile.
-# Stages live in rules/*.smk; helpers (targets, run keys, source digests) in rules/common.smk.
+# Stages live in rules/*.smk; helpers (targets, run keys, output layout, source digests) in
+# rules/common.smk, job environments and the train launcher in rules/launch.smk.
 from snakemake.utils import min_version
 
 min_version("9.20")
@@ -13,6 +14,7 @@ report: "rules/report/workflow.rst"
 
 
 include: "rules/common.smk"
+include: "rules/launch.smk"
 
 
 wildcard_constraints:

@@ -3,7 +3,7 @@
 
 rule train:
     """Train from the run's resolved config, with the engine it names (train.engine), on the
-    GPUs and nodes the profile gives the job (common.smk: train_launcher). The resumable state
+    GPUs and nodes the profile gives the job (launch.smk: train_launcher). The resumable state
     lives in results/scratch/ (not an output, so it survives Snakemake's clean-up of a failed
     job): a restarted job continues from its newest checkpoint, unless the config or the code
     digest changed."""
