@@ -23,7 +23,7 @@ from repro.training.config import TrainConfig  # noqa: E402
 from repro.training.export import export_run  # noqa: E402
 from repro.training.logprobs import response_logprobs  # noqa: E402
 from repro.training.loop import train  # noqa: E402
-from train_helpers import hashed_rewards  # noqa: E402
+from train_helpers import hashed_rewards, sharpened_tiny_policy  # noqa: E402
 
 P, G, K = 4, 4, 2
 ALGORITHMS = [("grpo", {}), ("grpo_fix", {}), ("gspo", {}), ("dfpo", {"transform": "min_replace"}),
@@ -287,14 +287,7 @@ def test_trl_private_api_snapshot():
 
 @pytest.fixture(scope="module")
 def tiny_policy(tmp_path_factory):
-    path = tmp_path_factory.mktemp("policy") / "tiny"
-    torch.manual_seed(0)
-    model, tok = build_tiny(TinyModelConfig(hidden_size=32, head_dim=8, intermediate_size=64))
-    with torch.no_grad():
-        model.model.norm.weight.mul_(10.0)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return sharpened_tiny_policy(tmp_path_factory.mktemp("policy") / "tiny")
 
 
 def small(model, **kw) -> dict:

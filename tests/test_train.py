@@ -15,28 +15,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from repro.models import TinyModelConfig, build_tiny, load
+from repro.models import load
 from repro.results import TRAIN_LOG, read_table
 from repro.training import rollout
 from repro.training.config import TrainConfig, load_train_config
 from repro.training.loop import train
-from train_helpers import comparable, hashed_rewards
+from train_helpers import comparable, hashed_rewards, sharpened_tiny_policy
 
 HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    """A random tiny policy with sharpened logits (final norm x10), sampled at T = 1 (no top-k: training refuses truncation): the
-    early tokens of a group coincide (shared nodes, as template tokens of a trained model would)
-    while later ones diverge (distinct completions, so rewards differ)."""
-    path = tmp_path_factory.mktemp("policy") / "tiny"
-    model, tok = build_tiny(TinyModelConfig(hidden_size=32, head_dim=8, intermediate_size=64))
-    with torch.no_grad():
-        model.model.norm.weight.mul_(10.0)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    """train_helpers.sharpened_tiny_policy, sampled at T = 1 (training refuses top-k)."""
+    return sharpened_tiny_policy(tmp_path_factory.mktemp("policy") / "tiny")
 
 
 @pytest.fixture

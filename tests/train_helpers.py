@@ -44,3 +44,19 @@ def comparable(rows: list[dict]) -> list[dict]:
 
 if __name__ == "__main__":
     run(json.loads(Path(sys.argv[1]).read_text()), Path(sys.argv[2]), "--resume" in sys.argv)
+
+
+def sharpened_tiny_policy(path: Path) -> Path:
+    """A random tiny policy with sharpened logits (final norm x10), saved at `path`: sampled at
+    T = 1, the early tokens of a group coincide (shared nodes, as template tokens of a trained
+    model would) while later ones diverge (distinct completions, so rewards differ)."""
+    import torch
+
+    from repro.models import TinyModelConfig, build_tiny
+
+    model, tok = build_tiny(TinyModelConfig(hidden_size=32, head_dim=8, intermediate_size=64))
+    with torch.no_grad():
+        model.model.norm.weight.mul_(10.0)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
