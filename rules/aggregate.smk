@@ -12,7 +12,7 @@ rule aggregate:
     output:
         update(aggregate_files()),
     log:
-        "logs/aggregate/aggregate.log",
+        f"{LOG_DIR}/aggregate/aggregate.log",
     params:
         out=subpath(output[0], parent=True),
         study=study_options(),

@@ -106,6 +106,14 @@ FIGURE_DIR = f"{OUT}/figures"
 MODEL_DIR = "results/models/model={model}/sft"
 PAPER_REFERENCE = "results/paper/reference.parquet"
 THEORY_DIR = "results/theory"
+# Logs and Snakemake benchmarks of the experiment's own jobs are keyed like its outputs (the
+# default's under logs/, config `results: results/tiny-study` under logs/tiny-study/), so two
+# experiments never overwrite each other's; the shared jobs (SFT, paper reference, theory) log
+# under logs/ and benchmarks/.
+_OUT_KEY = (Path(OUT).relative_to("results") if Path(OUT).is_relative_to("results")
+            else Path(OUT.strip("/")))
+LOG_DIR = str(Path("logs") / _OUT_KEY)
+BENCH_DIR = str(Path("benchmarks") / _OUT_KEY)
 
 
 def source_digest(*parts: str) -> str:

@@ -31,7 +31,7 @@ rule run_config:
     output:
         f"{RUN_DIR}/config.yaml",
     log:
-        "logs/run_config/algo={algo}/model={model}/group_size={group_size}/seed={seed}.log",
+        f"{LOG_DIR}/run_config/{RUN}.log",
     params:
         cfg=run_config,
     run:

@@ -10,9 +10,9 @@ rule evaluate:
         problems=per_benchmark(EVAL_DIR, "problems.parquet"),
         samples=per_benchmark(EVAL_DIR, "samples.parquet"),
     log:
-        "logs/evaluate/algo={algo}/model={model}/group_size={group_size}/seed={seed}/frac={frac}.log",
+        f"{LOG_DIR}/evaluate/{RUN}/frac={{frac}}.log",
     benchmark:
-        "benchmarks/evaluate/algo={algo}/model={model}/group_size={group_size}/seed={seed}/frac={frac}.jsonl"
+        f"{BENCH_DIR}/evaluate/{RUN}/frac={{frac}}.jsonl"
     params:
         out=EVAL_DIR,
         options=eval_options(),
@@ -39,9 +39,9 @@ rule evaluate_init:
         problems=per_benchmark(INIT_DIR, "problems.parquet"),
         samples=per_benchmark(INIT_DIR, "samples.parquet"),
     log:
-        "logs/evaluate_init/model={model}/seed={seed}.log",
+        f"{LOG_DIR}/evaluate_init/model={{model}}/seed={{seed}}.log",
     benchmark:
-        "benchmarks/evaluate_init/model={model}/seed={seed}.jsonl"
+        f"{BENCH_DIR}/evaluate_init/model={{model}}/seed={{seed}}.jsonl"
     params:
         out=INIT_DIR,
         policy=start_policy_of,

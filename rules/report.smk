@@ -33,7 +33,7 @@ rule tables:
         ],
         expand(f"{TABLE_DIR}/{{name}}.tex", name=TABLES),
     log:
-        "logs/tables/tables.log",
+        f"{LOG_DIR}/tables/tables.log",
     params:
         aggregate=lambda wildcards, input: Path(input.aggregate[0]).parent,
         out=subpath(output[0], parent=True),
@@ -60,7 +60,7 @@ rule figures:
         ],
         expand(f"{FIGURE_DIR}/{{name}}.pdf", name=FIGURES),
     log:
-        "logs/figures/figures.log",
+        f"{LOG_DIR}/figures/figures.log",
     params:
         aggregate=lambda wildcards, input: Path(input[0]).parent,
         out=subpath(output[0], parent=True),

@@ -15,9 +15,9 @@ rule train:
         manifest=f"{RUN_DIR}/manifest.json",
         policies=[directory(f"{RUN_DIR}/policy/frac={frac}") for frac in FRACTIONS],
     log:
-        "logs/train/algo={algo}/model={model}/group_size={group_size}/seed={seed}.log",
+        f"{LOG_DIR}/train/{RUN}.log",
     benchmark:
-        "benchmarks/train/algo={algo}/model={model}/group_size={group_size}/seed={seed}.jsonl"
+        f"{BENCH_DIR}/train/{RUN}.jsonl"
     params:
         scratch=SCRATCH_DIR,
         out=subpath(output.log, parent=True),

@@ -93,6 +93,11 @@ def test_the_study_preset_keeps_its_own_results_and_shares_the_sft(lock):
     assert "--out results/tiny-study/eval/algo=init/model=tiny/seed=4/frac=0.0" in out
     assert "results/models/model=tiny/sft" in out and "tiny-study/models" not in out
     assert " results/aggregate/" not in out and "--out results/aggregate " not in out
+    # its logs and benchmarks too, so the default's are never overwritten; SFT logs are shared
+    assert "> logs/tiny-study/train/algo=grpo/model=tiny/group_size=8/seed=4.log" in out
+    assert "benchmark: benchmarks/tiny-study/train/algo=grpo/model=tiny/group_size=8/seed=4" in out
+    assert "> logs/train/" not in out and "> logs/evaluate" not in out
+    assert "> logs/sft/model=tiny.log" in out
 
 
 def test_paper_preset_runs_real_models_with_vllm_and_avg_at_32(lock):
