@@ -305,3 +305,27 @@ def test_tables_and_figures_from_the_committed_aggregate_alone(tmp_path):
     ok(snakemake("--cores", "2", "tables", "figures", cwd=wd), wd)
     assert (wd / "results" / "tables" / "main.md").read_text().count("|") > 10
     assert (wd / "results" / "figures" / "reward_vs_compute.pdf").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_the_study_verdicts_come_from_its_committed_aggregate_and_match_the_readme(tmp_path):
+    """`snakemake tables` under the study preset, on a fresh clone (only the study's committed
+    aggregate and the paper reference), writes verdict.md; its verdicts are the README's."""
+    study = "config/presets/tiny-study.yaml"
+    wd = copy_workflow(tmp_path, extra=("results/tiny-study/aggregate", "results/paper"))
+    args = ("tables", "--cores", "2", "--configfile", study)  # target first: --configfile takes all
+    assert set(jobs_planned(ok(snakemake("-n", *args, cwd=wd), wd))) == {"tables"}
+    ok(snakemake(*args, cwd=wd), wd)
+    table = (wd / "results" / "tiny-study" / "tables" / "verdict.md").read_text()
+    computed = {cells[0]: cells[-1] for cells in _rows(table)}
+    section = (ROOT / "README.md").read_text().split("### The pre-registered tiny study")[1]
+    readme = {cells[0]: cells[-1].replace("*", "").split(" (")[0]
+              for cells in _rows(section.split("\n\n")[2])}
+    assert set(computed) == {"V", *(f"P{i}" for i in range(1, 9))}
+    assert readme == computed
+
+
+def _rows(markdown: str) -> list[list[str]]:
+    """Cells of a Markdown table's body rows."""
+    lines = [ln for ln in markdown.splitlines() if ln.startswith("| ") and "---" not in ln]
+    return [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[1:]]
