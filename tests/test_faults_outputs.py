@@ -210,6 +210,7 @@ def test_export_checks_checkpoints_and_survives_a_full_disk(tmp_path, monkeypatc
 SNAKEFILE = """
 AGGREGATES = ["train_curves", "eval_problems", "eval_samples", "runs"]
 REPORT_CODE = "test"
+LOG_DIR = "logs"
 
 
 def train_logs():
