@@ -15,13 +15,8 @@ from torch import Tensor
 from repro.diagnostics.shared_nodes import SharedNodes, find_shared_nodes
 
 
-def asym(coef: Tensor, advantages: Tensor, nodes: SharedNodes) -> float:
-    """Mean over shared nodes (>= 2 members with A != 0) of the dispersion of kappa = c / A.
-
-    Dispersion = population std / mean |kappa| (a coefficient of variation that stays finite
-    when kappas of opposite sign meet); all-zero kappas count as 0. Exchangeable objectives give 0.
-    NaN when no node qualifies: "no evidence" is not "no asymmetry".
-    """
+def _asym_sums(coef: Tensor, advantages: Tensor, nodes: SharedNodes) -> tuple[Tensor, Tensor]:
+    """(sum of the per-node dispersions, number of qualifying nodes): see `asym`."""
     c = coef[nodes.rows, nodes.cols].double()
     a = advantages[nodes.rows].double()
     live = a != 0
@@ -33,7 +28,37 @@ def asym(coef: Tensor, advantages: Tensor, nodes: SharedNodes) -> float:
     scale = nodes.node_sum(kappa.abs()) / n.clamp_min(1)
     cv = torch.where(scale > 0, std / scale.clamp_min(1e-300), 0.0)
     keep = n >= 2
-    return float(cv[keep].mean()) if bool(keep.any()) else math.nan
+    return cv[keep].sum(), keep.sum().double()
+
+
+def _residual_sums(coef: Tensor, nodes: SharedNodes) -> tuple[Tensor, Tensor, Tensor]:
+    """(sum |net|, sum of |c|, number of nodes) over the nodes shared by a whole group."""
+    c = coef[nodes.rows, nodes.cols].double()
+    net = nodes.node_sum(c).abs()[nodes.full].sum()
+    total = nodes.node_sum(c.abs())[nodes.full].sum()
+    return net, total, nodes.full.sum().double()
+
+
+def _freq_sums(coef: Tensor, tokens: Tensor, mask: Tensor, n_types: int) -> tuple[Tensor, Tensor]:
+    """(count of each token type, net coefficient of each type), both [n_types] float64."""
+    tok = tokens[mask].long()
+    c = coef[mask].double()
+    counts = torch.bincount(tok, minlength=n_types).double()
+    if counts.numel() > n_types:
+        raise ValueError(f"token id {int(tok.max())} is outside the {n_types} token types counted")
+    net = torch.zeros(counts.numel(), dtype=torch.float64, device=c.device).index_add(0, tok, c)
+    return counts, net
+
+
+def asym(coef: Tensor, advantages: Tensor, nodes: SharedNodes) -> float:
+    """Mean over shared nodes (>= 2 members with A != 0) of the dispersion of kappa = c / A.
+
+    Dispersion = population std / mean |kappa| (a coefficient of variation that stays finite
+    when kappas of opposite sign meet); all-zero kappas count as 0. Exchangeable objectives give 0.
+    NaN when no node qualifies: "no evidence" is not "no asymmetry".
+    """
+    total, n = _asym_sums(coef, advantages, nodes)
+    return _asym_value(total, n)
 
 
 def residual_full(coef: Tensor, nodes: SharedNodes) -> float:
@@ -41,12 +66,7 @@ def residual_full(coef: Tensor, nodes: SharedNodes) -> float:
 
     NaN when no node is shared by a whole group; 0 when all their coefficients are 0.
     """
-    if not bool(nodes.full.any()):
-        return math.nan
-    c = coef[nodes.rows, nodes.cols].double()
-    net = nodes.node_sum(c).abs()[nodes.full].sum()
-    total = nodes.node_sum(c.abs())[nodes.full].sum()
-    return float(net / total) if float(total) > 0 else 0.0
+    return _residual_value(*_residual_sums(coef, nodes))
 
 
 def freq_energy(coef: Tensor, tokens: Tensor, mask: Tensor, vocab_size: int) -> float:
@@ -54,10 +74,26 @@ def freq_energy(coef: Tensor, tokens: Tensor, mask: Tensor, vocab_size: int) -> 
 
     Ties in count are broken by the lower token id, so F is deterministic.
     """
-    tok = tokens[mask].long()
-    c = coef[mask].double()
-    counts = torch.bincount(tok, minlength=vocab_size)
-    net = torch.zeros(counts.numel(), dtype=torch.float64, device=c.device).index_add(0, tok, c)
+    return _freq_value(*_freq_sums(coef, tokens, mask, _types(tokens, mask, vocab_size)),
+                       vocab_size)
+
+
+def _asym_value(total: Tensor, n: Tensor) -> float:
+    return float(total / n) if float(n) > 0 else math.nan
+
+
+def _residual_value(net: Tensor, total: Tensor, n_full: Tensor) -> float:
+    if not float(n_full) > 0:
+        return math.nan
+    return float(net / total) if float(total) > 0 else 0.0
+
+
+def _types(tokens: Tensor, mask: Tensor, vocab_size: int) -> int:
+    """Token types to count: the vocabulary, or more if a sampled id lies past it."""
+    return max(vocab_size, int(tokens[mask].max()) + 1 if bool(mask.any()) else 0)
+
+
+def _freq_value(counts: Tensor, net: Tensor, vocab_size: int) -> float:
     k = min(counts.numel(), max(5, math.ceil(0.01 * vocab_size)))
     top = torch.sort(counts, descending=True, stable=True).indices[:k]
     energy = net * net
@@ -65,13 +101,40 @@ def freq_energy(coef: Tensor, tokens: Tensor, mask: Tensor, vocab_size: int) -> 
     return float(energy[top].sum() / total) if float(total) > 0 else 0.0
 
 
+def cancellation_sums(
+    coef: Tensor, tokens: Tensor, mask: Tensor, group: Tensor, advantages: Tensor, n_types: int
+) -> Tensor:
+    """The additive quantities behind the three metrics, one float64 vector [5 + 2 n_types]
+    (n_types: token types counted, at least every id in `tokens`).
+
+    Shared nodes live inside a group, so for pieces that hold disjoint sets of whole groups
+    (the processes of one update) these vectors add up to the whole batch's: sum them (e.g. an
+    all-reduce) and pass the sum to `metrics_from_sums`.
+    """
+    nodes = find_shared_nodes(tokens, mask, group)
+    counts, net = _freq_sums(coef, tokens, mask, n_types)
+    head = torch.stack([*_asym_sums(coef, advantages, nodes), *_residual_sums(coef, nodes)])
+    return torch.cat([head.to(counts.device), counts, net])
+
+
+def metrics_from_sums(sums: Tensor, vocab_size: int) -> dict[str, float]:
+    """asym, residual_full, freq_energy from (summed) `cancellation_sums`; all NaN if any NaN
+    (a piece that could not be measured poisons the sum instead of biasing it)."""
+    if bool(sums.isnan().any()):
+        return {"asym": math.nan, "residual_full": math.nan, "freq_energy": math.nan}
+    n_types = (sums.numel() - 5) // 2
+    counts, net = sums[5:5 + n_types], sums[5 + n_types:]
+    return {
+        "asym": _asym_value(sums[0], sums[1]),
+        "residual_full": _residual_value(sums[2], sums[3], sums[4]),
+        "freq_energy": _freq_value(counts, net, vocab_size),
+    }
+
+
 def cancellation_metrics(
     coef: Tensor, tokens: Tensor, mask: Tensor, group: Tensor, advantages: Tensor, vocab_size: int
 ) -> dict[str, float]:
     """All three metrics of one minibatch (one shared-node pass)."""
-    nodes = find_shared_nodes(tokens, mask, group)
-    return {
-        "asym": asym(coef, advantages, nodes),
-        "residual_full": residual_full(coef, nodes),
-        "freq_energy": freq_energy(coef, tokens, mask, vocab_size),
-    }
+    n_types = _types(tokens, mask, vocab_size)
+    return metrics_from_sums(
+        cancellation_sums(coef, tokens, mask, group, advantages, n_types), vocab_size)

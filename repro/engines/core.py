@@ -14,7 +14,7 @@ import math
 import torch
 from torch import Tensor
 
-from repro.diagnostics import cancellation_metrics, token_coefficients
+from repro.diagnostics import UpdateDiagnostics, cancellation_metrics, token_coefficients
 from repro.objectives import DFPOConfig, Groups, LossConfig, Minibatch, Normalisers, policy_loss
 from repro.objectives.dfpo import dfpo_weights
 from repro.objectives.kl import k3_kl_penalty
@@ -36,6 +36,7 @@ def loss_and_diagnostics(
     ref_logp: Tensor | None = None,
     kl_coef: float = 0.0,
     diagnostics: bool = True,
+    pieces: UpdateDiagnostics | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """(loss to backpropagate, metrics) of one micro-step.
 
@@ -44,13 +45,16 @@ def loss_and_diagnostics(
     DDP/FSDP (verl's `dp_size` in `agg_loss`). `seq_weight`: DFPO's precomputed weights when a
     group is split (see `sequence_weights`). Diagnostics (asym, residual_full, freq_energy)
     come from c = -dL/dlogp of this piece's own loss before the world-size factor; they need
-    whole groups in the piece, so pass diagnostics=False otherwise (they are then NaN).
+    whole groups in the piece; for a piece of a larger update pass `pieces`, which collects the
+    coefficients (the metrics are then NaN here and come from `pieces.finish`).
     """
     mb = Minibatch(logp, logp_old, mask, adv, group, seq_weight=seq_weight)
     loss, metrics = policy_loss(cfg, mb, norm)
     if ref_logp is not None and kl_coef > 0:
         loss = loss + kl_coef * k3_kl_penalty(logp, ref_logp, mask)
-    if diagnostics:
+    if diagnostics and pieces is not None:
+        pieces.add(token_coefficients(loss, logp), tokens, mask, group, adv)
+    if diagnostics and pieces is None:
         coef = token_coefficients(loss, logp)
         metrics |= cancellation_metrics(coef, tokens, mask, group, adv, vocab_size)
     else:

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 from trl import GRPOTrainer
 
+from repro.diagnostics import UpdateDiagnostics
 from repro.engines.core import global_normalisers, loss_and_diagnostics, sequence_weights
 from repro.engines.trl_args import check_grpo_args
 from repro.objectives import AdvantageConfig, DFPOConfig, group_advantages
@@ -79,6 +80,8 @@ class ReproGRPOTrainer(GRPOTrainer):
         self._micro: list[dict[str, Any]] | None = None
         self.diagnostics = True  # the GPU check times the loss with and without them
         self._vocab = len(self.processing_class)
+        self._types = max(self._vocab, self.model.config.get_text_config().vocab_size)
+        self._pieces = UpdateDiagnostics()  # the update under way's micro-steps
 
     def get_decay_parameter_names(self, model) -> list[str]:
         """Every parameter decays, as in the native engine's AdamW (HF exempts biases/norms)."""
@@ -127,7 +130,9 @@ class ReproGRPOTrainer(GRPOTrainer):
         is cut into A row chunks that may split groups; at its first micro-step a no-grad
         pre-pass computes DFPO's weights over the whole local minibatch under the current
         policy (`sequence_weights`), and every micro-step carries the minibatch's global token
-        and sequence counts, so the summed micro-step gradients equal the whole minibatch's."""
+        and sequence counts, so the summed micro-step gradients equal the whole minibatch's.
+        Each micro-step also carries `micro` = (index, A): the diagnostics are computed over the
+        whole update at its last micro-step."""
         if not self.model.training:
             return self._generate_and_score_completions(generation_batch)
         accum = self.args.gradient_accumulation_steps
@@ -144,25 +149,28 @@ class ReproGRPOTrainer(GRPOTrainer):
         mask = minibatch["completion_mask"].bool()
         extra: dict[str, Any] = {"norm": global_normalisers(mask, self._sum_over_processes)}
         if accum > 1:
-            extra["seq_weight"] = self._prepass(minibatch)
+            extra["seq_weight"] = self._prepass(minibatch, -(-mask.size(0) // accum))
         rows = torch.arange(mask.size(0), device=mask.device).chunk(accum)
         return [{key: v[r] if key in PER_ROW and v is not None else v
-                 for key, v in (minibatch | extra).items()} for r in rows]
+                 for key, v in (minibatch | extra).items()} | {"micro": (i, len(rows))}
+                for i, r in enumerate(rows)]
 
     def _sum_over_processes(self, counts: Tensor) -> Tensor:
         if self.accelerator.num_processes == 1:
             return counts
         return self.accelerator.reduce(counts.to(self.accelerator.device), "sum")
 
-    def _prepass(self, minibatch: dict[str, Any]) -> Tensor | None:
-        """DFPO's w~ of the whole local minibatch (whole groups) under the current policy."""
+    def _prepass(self, minibatch: dict[str, Any], chunk: int) -> Tensor | None:
+        """DFPO's w~ of the whole local minibatch (whole groups) under the current policy. The
+        no-grad forward runs `chunk` rows at a time (the micro-step size), so its activation
+        peak is no larger than a micro-step's."""
         if not isinstance(self.loss_cfg, DFPOConfig):
             return None
         ids = torch.cat([minibatch["prompt_ids"], minibatch["completion_ids"]], 1)
         attn = torch.cat([minibatch["prompt_mask"], minibatch["completion_mask"]], 1)
         with torch.no_grad():
             logp = self._get_per_token_logps_and_entropies(
-                self.model, ids, attn, minibatch["completion_ids"].size(1))[0]
+                self.model, ids, attn, minibatch["completion_ids"].size(1), batch_size=chunk)[0]
         old = minibatch.get("old_per_token_logps")
         return sequence_weights(self.loss_cfg, logp, logp if old is None else old,
                                 minibatch["completion_mask"].bool(), minibatch["advantages"],
@@ -171,31 +179,41 @@ class ReproGRPOTrainer(GRPOTrainer):
     def _compute_loss(self, model, inputs):
         """The micro-step's share of the optimizer step's loss: normalised by the whole step's
         global counts (`norm`), so it is not divided again by the accumulation steps
-        (TRL marks its loss `loss_is_scaled_for_ga`)."""
+        (TRL marks its loss `loss_is_scaled_for_ga`). MoE models keep transformers' router
+        load-balancing loss as TRL adds it (`router_aux_loss_coef` x aux / accumulation steps,
+        averaged over processes by DDP/FSDP); `trl_args.router_aux_loss_coef: 0` drops it."""
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         group = inputs["group"]
-        whole = whole_groups(group, self.num_generations)
-        if not whole and inputs.get("seq_weight") is None and isinstance(self.loss_cfg,
-                                                                         DFPOConfig):
+        if (not whole_groups(group, self.num_generations) and inputs.get("seq_weight") is None
+                and isinstance(self.loss_cfg, DFPOConfig)):
             raise RuntimeError(f"micro-batch holds partial groups {group.tolist()} and no "
                                "precomputed DFPO weights (seq_weight)")
-        logp, entropy, _ = self._get_per_token_logps_and_entropies(
+        logp, entropy, aux = self._get_per_token_logps_and_entropies(
             model, torch.cat([prompt_ids, completion_ids], 1),
             torch.cat([prompt_mask, completion_mask], 1), completion_ids.size(1),
-            compute_entropy=True)
+            compute_entropy=True, compute_aux_loss=self.aux_loss_enabled)
         mask = completion_mask.bool()
         old = inputs.get("old_per_token_logps")
         logp_old = logp.detach() if old is None else old
         world = self.accelerator.num_processes
         norm = inputs.get("norm") or global_normalisers(mask, self._sum_over_processes)
+        micro, count = inputs.get("micro", (0, 1))  # no marker: the inputs are a whole update
+        if micro == 0:
+            self._pieces = UpdateDiagnostics()
         loss, metrics = loss_and_diagnostics(
             self.loss_cfg, logp, logp_old, mask, inputs["advantages"], group, completion_ids,
             self._vocab, norm=norm, world_size=world, seq_weight=inputs.get("seq_weight"),
             ref_logp=inputs.get("ref_per_token_logps"), kl_coef=self.repro.kl_coef,
-            diagnostics=self.diagnostics and whole)
+            diagnostics=self.diagnostics, pieces=self._pieces)
+        if self.diagnostics and micro == count - 1:
+            metrics |= self._pieces.finish(self._vocab, self._types, self.num_generations,
+                                           self._sum_over_processes)
+        policy = float(loss.detach()) / world
+        if aux is not None:
+            loss = loss + self.router_aux_loss_coef * aux / self.current_gradient_accumulation_steps
         if self.sink is not None:
             ent = entropy.detach()[mask]
-            self.sink.update(metrics | {"loss": float(loss.detach()) / world},
+            self.sink.update(metrics | {"loss": policy},
                              entropy_sum=float(ent.double().sum()), entropy_n=int(ent.numel()))
         return loss
