@@ -34,10 +34,12 @@ def hashed(prompts, completions, **_):
     return hashed_rewards(None, [(None, c) for c in completions])
 
 
-def make_trainer(tmp_path, algorithm="dfpo", objective=None, temperature=1.0, seed=0, accum=1):
-    """A float64 random tiny policy (diverse completions, so rewards differ) in the trainer."""
+def make_trainer(tmp_path, algorithm="dfpo", objective=None, temperature=1.0, seed=0, accum=1,
+                 build=None):
+    """A float64 random tiny policy (diverse completions, so rewards differ) in the trainer;
+    `build` returns another (model, tokenizer) (default: the tiny Qwen3)."""
     torch.manual_seed(0)
-    model, tok = build_tiny(TinyModelConfig(hidden_size=32, head_dim=8, intermediate_size=64))
+    model, tok = (build or tiny_qwen3)()
     model = model.double()
     cfg = TrainConfig(model="unused", algorithm=algorithm, objective=objective or {},
                       prompts_per_step=P, group_size=G, minibatches=K, max_new_tokens=10,
@@ -58,6 +60,10 @@ def make_trainer(tmp_path, algorithm="dfpo", objective=None, temperature=1.0, se
     generation_batch = [{"prompt": p} for p in prompts for _ in range(G)]  # RepeatSampler order
     trainer._prepare_inputs(generation_batch)
     return trainer, tok
+
+
+def tiny_qwen3():
+    return build_tiny(TinyModelConfig(hidden_size=32, head_dim=8, intermediate_size=64))
 
 
 def prompt_groups(part) -> torch.Tensor:
