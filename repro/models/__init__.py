@@ -7,8 +7,8 @@ fast tests; `load` loads that or any real causal LM through the same
 
 from __future__ import annotations
 
-from repro.models.loader import load
+from repro.models.loader import load, load_for_sharding
 from repro.models.tiny import TinyModelConfig, build_tiny
 from repro.models.tokenizer import build_tokenizer
 
-__all__ = ["TinyModelConfig", "build_tiny", "build_tokenizer", "load"]
+__all__ = ["TinyModelConfig", "build_tiny", "build_tokenizer", "load", "load_for_sharding"]

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from accelerate import init_empty_weights
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
+    GenerationConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -33,6 +38,31 @@ def _offline() -> bool:
     later (e.g. in a test) would otherwise be ignored and trigger slow network retries.
     """
     return any(os.environ.get(v, "").upper() in _TRUE for v in _OFFLINE_VARS)
+
+
+def _source(path_or_hub_id: str | Path) -> tuple[str, bool, bool]:
+    """(source, is a local path, Hub lookups must stay in the local cache)."""
+    source = str(path_or_hub_id)
+    is_local = Path(source).exists()
+    if not is_local and not _HUB_ID.match(source):
+        raise FileNotFoundError(f"Model path does not exist: {source!r}")
+    return source, is_local, not is_local and _offline()
+
+
+@contextmanager
+def _hub_errors(source: str, is_local: bool) -> Iterator[None]:
+    """A Hub id that cannot be fetched -> one RuntimeError saying what to do."""
+    try:
+        yield
+    except OSError as err:
+        if is_local:
+            raise
+        raise RuntimeError(
+            f"Could not load model {source!r} from the Hugging Face Hub or its local cache "
+            "(offline, not cached, or no such repo; no local directory of that name exists "
+            "either). "
+            f"Download it first (e.g. `hf download {source}`) or pass a local path."
+        ) from err
 
 
 def load(
@@ -53,25 +83,50 @@ def load(
             ``owner/name`` Hub id.
         RuntimeError: a Hub id could not be fetched (offline, not cached, or nonexistent).
     """
-    source = str(path_or_hub_id)
-    is_local = Path(source).exists()
-    if not is_local and not _HUB_ID.match(source):
-        raise FileNotFoundError(f"Model path does not exist: {source!r}")
-    local_only = not is_local and _offline()
-    try:
+    source, is_local, local_only = _source(path_or_hub_id)
+    with _hub_errors(source, is_local):
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(
             source, dtype=dtype, local_files_only=local_only
         )
-    except OSError as err:
-        if is_local:
-            raise
-        raise RuntimeError(
-            f"Could not load model {source!r} from the Hugging Face Hub or its local cache "
-            "(offline, not cached, or no such repo; no local directory of that name exists "
-            "either). "
-            f"Download it first (e.g. `hf download {source}`) or pass a local path."
-        ) from err
     model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def load_for_sharding(
+    path_or_hub_id: str | Path,
+    *,
+    main_process: bool,
+    dtype: torch.dtype | str = "auto",
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """`load` for FSDP2 with accelerate's ``cpu_ram_efficient_loading``: only the main process
+    holds the weights (on CPU); every other process gets the same architecture with its
+    parameters on the meta device, which accelerate's prepare fills shard by shard from the
+    main process's copy (`fsdp2_load_full_state_dict`).
+
+    Why not transformers' own path: in transformers 5.17, ``from_pretrained`` under
+    ``FSDP_CPU_RAM_EFFICIENT_LOADING`` still reads every weight on every rank (only missing
+    keys stay empty), i.e. a full CPU copy per process (8 x 160 GB per node for an 80B
+    model). Buffers (e.g. RoPE frequencies, not in the state dict) are real on every process.
+    ``dtype="auto"``: the dtype recorded in ``config.json``, on every process (a mismatch would
+    be cast silently by the broadcast).
+    """
+    if main_process:
+        return load(path_or_hub_id, dtype=dtype)
+    source, is_local, local_only = _source(path_or_hub_id)
+    with _hub_errors(source, is_local):
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local_only)
+        config = AutoConfig.from_pretrained(source, local_files_only=local_only)
+        try:
+            generation = GenerationConfig.from_pretrained(source, local_files_only=local_only)
+        except OSError:  # no generation_config.json: from_pretrained's default too
+            generation = None
+    with init_empty_weights(include_buffers=False):
+        model = AutoModelForCausalLM.from_config(
+            config, **({} if dtype == "auto" else {"dtype": dtype}))
+    model.tie_weights()  # each parameter was re-registered on meta, which unties them
+    if generation is not None:
+        model.generation_config = generation
     model.eval()
     return model, tokenizer
