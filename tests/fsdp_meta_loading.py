@@ -1,5 +1,6 @@
 """Two-process check of `load_for_sharding`, run as
-`torchrun --nproc_per_node 2 tests/fsdp_meta_loading.py MODEL_DIR OUT.json` (gloo, CPU).
+`torchrun --nproc_per_node 2 tests/fsdp_meta_loading.py MODEL_DIR OUT.json PRECISION` (gloo,
+CPU; PRECISION: accelerate's mixed_precision, "no" or "bf16" = fp32 masters, bf16 compute).
 
 Rank 0 loads the checkpoint, rank 1 builds the model on the meta device; accelerate's FSDP2
 prepare with `cpu_ram_efficient_loading` then broadcasts rank 0's weights into the shards.
@@ -19,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 
-def main(model_dir: Path, out: Path) -> None:
+def main(model_dir: Path, out: Path, precision: str) -> None:
     from accelerate import Accelerator, PartialState
     from accelerate.state import AcceleratorState
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
@@ -38,7 +39,9 @@ def main(model_dir: Path, out: Path) -> None:
     plugin = FullyShardedDataParallelPlugin(
         fsdp_version=2, cpu_ram_efficient_loading=True, auto_wrap_policy="transformer_based_wrap",
         transformer_cls_names_to_wrap=["Qwen3DecoderLayer"], state_dict_type="FULL_STATE_DICT")
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=True, mixed_precision=precision)
+    if precision != "no":  # what AcceleratorState does when it sets up FSDP itself
+        plugin.set_mixed_precision(precision)
     shared = AcceleratorState()  # the CPU shim
     shared.distributed_type, shared.fsdp_plugin = DistributedType.FSDP, plugin
     assert accelerator.is_fsdp2
@@ -47,15 +50,17 @@ def main(model_dir: Path, out: Path) -> None:
     params = list(model.parameters())
     mine["dtensor"] = all(isinstance(p, DTensor) for p in params)
     mine["after_prepare"] = sorted({p.to_local().device.type for p in params})
+    mine["masters"] = sorted({str(p.dtype) for p in params})
     full = {name: p.full_tensor() for name, p in model.named_parameters()}  # collective
     ref, _ = load(model_dir)
     want = load_file(str(model_dir / "model.safetensors"))
-    mine["state_dict_max_diff"] = max(float((full[k] - w).abs().max()) for k, w in want.items())
+    mine["state_dict_max_diff"] = max(float((full[k] - w.to(full[k].dtype)).abs().max())
+                                      for k, w in want.items())
     mine["state_dict_keys_equal"] = set(want) == set(full)
     ids = torch.arange(3, 19).view(2, 8)
     with torch.no_grad():
         sharded = model(input_ids=ids).logits
-        plain = ref(input_ids=ids).logits
+        plain = ref.float()(input_ids=ids).logits
     mine["logits_max_diff"] = float((sharded - plain).abs().max())
     mine["logits_max"] = float(plain.abs().max())
     ranks: list = [None] * dist.get_world_size()
@@ -65,4 +70,4 @@ def main(model_dir: Path, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), Path(sys.argv[2]))
+    main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])
