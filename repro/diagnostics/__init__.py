@@ -4,12 +4,20 @@ Everything starts from c_{i,t} = -dL/dlogp_{i,t}, taken by one autograd call on 
 the objectives module produced, so no algorithm is re-derived here.
 """
 
-from repro.diagnostics.cancellation import asym, cancellation_metrics, freq_energy, residual_full
+from repro.diagnostics.cancellation import (
+    CANCELLATION_KEYS,
+    asym,
+    cancellation_metrics,
+    freq_energy,
+    residual_full,
+    shared_frac,
+)
 from repro.diagnostics.coefficients import token_coefficients
 from repro.diagnostics.curves import jitter2, moving_average, steps_to_threshold
 from repro.diagnostics.shared_nodes import SharedNodes, find_shared_nodes
 
 __all__ = [
+    "CANCELLATION_KEYS",
     "SharedNodes",
     "asym",
     "cancellation_metrics",
@@ -18,6 +26,7 @@ __all__ = [
     "jitter2",
     "moving_average",
     "residual_full",
+    "shared_frac",
     "steps_to_threshold",
     "token_coefficients",
 ]

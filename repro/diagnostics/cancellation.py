@@ -3,6 +3,8 @@
 asym: do members sharing a node get the same coefficient per unit advantage? (exchangeability)
 residual_full: how much net push survives on nodes the whole group shares? (cancellation)
 freq_energy: what share of the net update pressure lands on the most frequent token types?
+shared_frac: what share of the response tokens sit on a shared node at all (where
+cancellation can act)?
 """
 
 from __future__ import annotations
@@ -65,13 +67,23 @@ def freq_energy(coef: Tensor, tokens: Tensor, mask: Tensor, vocab_size: int) -> 
     return float(energy[top].sum() / total) if float(total) > 0 else 0.0
 
 
+def shared_frac(nodes: SharedNodes) -> float:
+    """Share of response tokens on a node with >= 2 members of their group (NaN: no token)."""
+    n = nodes.node.numel()
+    return float((nodes.count[nodes.node] >= 2).double().mean()) if n else math.nan
+
+
+CANCELLATION_KEYS = ("asym", "residual_full", "freq_energy", "shared_frac")
+
+
 def cancellation_metrics(
     coef: Tensor, tokens: Tensor, mask: Tensor, group: Tensor, advantages: Tensor, vocab_size: int
 ) -> dict[str, float]:
-    """All three metrics of one minibatch (one shared-node pass)."""
+    """CANCELLATION_KEYS of one minibatch (one shared-node pass)."""
     nodes = find_shared_nodes(tokens, mask, group)
     return {
         "asym": asym(coef, advantages, nodes),
         "residual_full": residual_full(coef, nodes),
         "freq_energy": freq_energy(coef, tokens, mask, vocab_size),
+        "shared_frac": shared_frac(nodes),
     }
