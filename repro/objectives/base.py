@@ -121,7 +121,8 @@ class Minibatch:
         if reading == "product":
             return total
         if reading != "mean":
-            raise ValueError(f"unknown sequence ratio reading {reading!r}; known: {SEQUENCE_RATIOS}")
+            raise ValueError(f"unknown sequence ratio reading {reading!r}; known: "
+                             f"{SEQUENCE_RATIOS}")
         return total / self.lengths()
 
     def unit(self) -> Tensor:

@@ -119,8 +119,8 @@ def dfpo_loss(
 @torch.no_grad()
 def weight_shift(w_t: Tensor, w: Tensor) -> float:
     """mean_i |w~_i / w_i - 1|: how far the transform moved the weights (0 for identity, and
-    for min_replace and orth_proj where s is equal within each group). Rows with w = 0 (an underflowed
-    product) count as unmoved."""
+    for min_replace and orth_proj where s is equal within each group). Rows with w = 0 (an
+    underflowed product) count as unmoved."""
     live = w > 0
     rel = torch.where(live, w_t / torch.where(live, w, 1.0) - 1, 0.0).abs()
     return float(rel.double().mean()) if rel.numel() else 0.0

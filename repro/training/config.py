@@ -151,7 +151,8 @@ class TrainConfig:
 
     def sampling_temperature(self) -> float:
         """The behaviour policy's temperature: `behaviour_temperature`, else `temperature`."""
-        return self.temperature if self.behaviour_temperature is None else self.behaviour_temperature
+        t_b = self.behaviour_temperature
+        return self.temperature if t_b is None else t_b
 
     def loss_config(self) -> Any:
         return make_config(self.algorithm, **self.objective)
