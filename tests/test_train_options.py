@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from test_train import hashed, small, tiny_model  # noqa: F401  (fixtures)
+from train_helpers import comparable
 
 from repro.results import TRAIN_LOG, read_table
 from repro.training.config import TrainConfig
@@ -73,7 +74,7 @@ def test_behaviour_temperature_doses_the_first_update_off_policy(tiny_model, tmp
         out = tmp_path / name
         train(TrainConfig(**small(tiny_model, steps=1, minibatches=1,
                                   behaviour_temperature=t_b)), out)
-        runs[name] = {k: v for k, v in log_of(out)[0].items() if not k.startswith("time_")}
+        runs[name] = comparable(log_of(out))[0]
     none, same, hot = runs["none"], runs["same"], runs["hot"]
     assert none == same
     assert none["s_spread"] == none["s_spread_product"] == none["w_shift"] == none["ppo_kl"] == 0
