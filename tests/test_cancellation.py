@@ -51,6 +51,8 @@ CANCELLING = [
     ("dfpo", {"transform": "min_replace", "loss_agg_mode": "seq-mean-token-sum"}),
     ("dfpo", {"transform": "orth_proj", "loss_agg_mode": "seq-mean-token-sum-norm",
               "loss_norm_length": 16}),
+    ("dfpo", {"transform": "min_replace", "sequence_ratio": "product"}),
+    ("dfpo", {"transform": "orth_proj", "sequence_ratio": "product"}),
     ("grpo_fix", {}),
 ]
 

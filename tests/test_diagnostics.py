@@ -15,6 +15,7 @@ from repro.diagnostics import (
     freq_energy,
     jitter2,
     residual_full,
+    shared_frac,
     steps_to_threshold,
 )
 from repro.objectives import make_config
@@ -83,6 +84,15 @@ def test_metrics_by_hand_broken_case():
     expected = ((2 / 9) ** 0.5 / (4 / 3) + 0.5 / 1.5) / 2
     assert asym(coef, adv, nodes) == pytest.approx(expected, rel=1e-12)
     assert residual_full(coef, nodes) == pytest.approx(1 / 5)  # |2+1-2| / (2+1+2)
+
+
+def test_shared_frac_by_hand():
+    tokens, mask, group, _ = hand_case()
+    # shared: (5) x3 and (5,6) x2 -> 5 of the 9 tokens; equal tokens after different first
+    # tokens are different nodes
+    assert shared_frac(find_shared_nodes(tokens, mask, group)) == pytest.approx(5 / 9)
+    apart = torch.tensor([[1, 2, 3], [4, 2, 3]])
+    assert shared_frac(find_shared_nodes(apart, mask[:2], group[:2])) == 0.0
 
 
 def test_freq_energy_by_hand():

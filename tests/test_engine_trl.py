@@ -27,7 +27,8 @@ from train_helpers import hashed_rewards, sharpened_tiny_policy  # noqa: E402
 
 P, G, K = 4, 4, 2
 ALGORITHMS = [("grpo", {}), ("grpo_fix", {}), ("gspo", {}), ("dfpo", {"transform": "min_replace"}),
-              ("dfpo", {"transform": "orth_proj"})]
+              ("dfpo", {"transform": "orth_proj"}),
+              ("dfpo", {"transform": "orth_proj", "sequence_ratio": "product"})]
 
 
 def hashed(prompts, completions, **_):
@@ -154,13 +155,16 @@ def test_every_minibatch_holds_whole_groups_checked_against_prompts(tmp_path):
                                                                       for p in parts]
 
 
-@pytest.mark.parametrize("algorithm", ["dfpo", "gspo"])
-def test_groups_split_over_micro_steps_give_the_whole_minibatch_gradient(algorithm, tmp_path):
+@pytest.mark.parametrize(("algorithm", "objective"), [
+    ("dfpo", {}), ("gspo", {}), ("dfpo", {"sequence_ratio": "product"})])
+def test_groups_split_over_micro_steps_give_the_whole_minibatch_gradient(algorithm, objective,
+                                                                         tmp_path):
     """Gradient accumulation A=4 cuts each minibatch (2 groups of 4) into 2-row micro-steps:
     every group is split. The summed micro-step gradients equal policy_loss's on the whole
-    minibatch; for DFPO thanks to the pre-pass weights (without them it refuses)."""
+    minibatch; for DFPO thanks to the pre-pass weights (without them it refuses), under
+    either reading of s."""
     accum = 4
-    trainer, tok = make_trainer(tmp_path, algorithm, accum=accum)
+    trainer, tok = make_trainer(tmp_path, algorithm, objective, accum=accum)
     with torch.no_grad():  # update 2 off-policy: the pre-pass sees s != 1
         for p in trainer.model.parameters():
             p.add_(1e-2 * torch.randn_like(p))

@@ -49,3 +49,26 @@ def test_read_refuses_another_schema(tmp_path):
     pq.write_table(pa.table({"model": ["m"]}), tmp_path / "other.parquet")
     with pytest.raises(ValueError, match="schema differs"):
         read_table(tmp_path / "other.parquet", EVAL_PROBLEMS)
+
+
+def test_a_train_log_from_before_the_added_columns_reads_them_as_nan(tmp_path):
+    """Committed results (results/tiny-study/aggregate) predate the mechanism columns: they
+    read back with NaN there; a file missing any other column is still refused."""
+    import math
+
+    import pyarrow as pa
+
+    from repro.results import TRAIN_LOG
+    from repro.results.schemas import TRAIN_LOG_ADDED
+
+    values = {f.name: ("a" if f.type == pa.string() else 1) for f in TRAIN_LOG}
+    table = pa.Table.from_pylist([values], schema=TRAIN_LOG)
+    old = table.drop_columns(list(TRAIN_LOG_ADDED))
+    pq.write_table(old, tmp_path / "old.parquet")
+    read = read_table(tmp_path / "old.parquet", TRAIN_LOG)
+    assert read.column_names == TRAIN_LOG.names
+    assert all(math.isnan(read[name][0].as_py()) for name in TRAIN_LOG_ADDED)
+    assert read.drop_columns(list(TRAIN_LOG_ADDED)).equals(old)
+    pq.write_table(old.drop_columns(["entropy"]), tmp_path / "worse.parquet")
+    with pytest.raises(ValueError, match="schema differs"):
+        read_table(tmp_path / "worse.parquet", TRAIN_LOG)

@@ -54,12 +54,15 @@ def test_every_algorithm_runs_and_logs_its_schema(algorithm, objective, tiny_mod
     rows = read_table(tmp_path / "train_log.parquet", TRAIN_LOG).to_pylist()
     assert [r["step"] for r in rows] == [1, 2, 3]
     diagnostics = ("asym", "residual_full")  # NaN where a minibatch has no shared node
+    diagnostics += () if algorithm == "dfpo" else ("w_shift",)  # DFPO's transform only
     assert all(math.isfinite(v) for r in rows for k, v in r.items()
                if isinstance(v, float) and k not in diagnostics)
     assert rows[-1]["gen_tokens_cum"] == sum(r["gen_tokens"] for r in rows)
     assert (final / "config.json").exists() and (tmp_path / "checkpoints" / "step_000003").exists()
     assert any(r["grad_norm"] > 0 for r in rows)  # something was learned from the rewards
     assert all(r["s_spread"] > 0 for r in rows)  # K = 2: the second update is off-policy
+    assert all(r["s_spread_product"] > r["s_spread"] for r in rows)  # sums vs means of log r
+    assert all(0 < r["shared_frac"] <= 1 for r in rows)  # first tokens of a group coincide
 
 
 def test_sequence_ratio_spread_is_the_mean_within_group_relative_range():

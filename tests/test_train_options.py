@@ -1,11 +1,13 @@
 """Trainer options no other test sets: the compute-matching stop (`token_budget`), the k3 KL to
-the initial policy (`kl_coef > 0`) and the sampler's own log-probs (`behaviour_logprobs: engine`)."""
+the initial policy (`kl_coef > 0`), the sampler's own log-probs (`behaviour_logprobs: engine`)
+and the off-policy dose (`behaviour_temperature`)."""
 
 from __future__ import annotations
 
 import json
 
 from test_train import hashed, small, tiny_model  # noqa: F401  (fixtures)
+from train_helpers import comparable
 
 from repro.results import TRAIN_LOG, read_table
 from repro.training.config import TrainConfig
@@ -60,3 +62,31 @@ def test_engine_logprobs_make_the_first_update_off_policy(tiny_model, tmp_path, 
     assert trainer["ppo_kl"] == 0.0 and trainer["w_min"] == trainer["w_max"] == 1.0
     assert engine["ppo_kl"] != 0.0 and engine["w_max"] > engine["w_min"]
     assert abs(engine["ppo_kl"]) < 1e-4  # same model, same distribution: a numerical mismatch
+
+
+def test_behaviour_temperature_doses_the_first_update_off_policy(tiny_model, tmp_path, hashed):  # noqa: F811
+    """K = 1: without a dose s = 1 exactly and DFPO's transform does nothing; T_b = T is no dose,
+    bit for bit; T_b = 1.5 samples from and scores logp_old at the hotter policy while the loss
+    scores at T = 1: s != 1 from the first update, far more spread under the product reading,
+    the transform acts (w_shift > 0), and the sampled-token KL(pi_Tb || pi_T) is positive."""
+    runs = {}
+    for name, t_b in (("none", None), ("same", 1.0), ("hot", 1.5)):
+        out = tmp_path / name
+        train(TrainConfig(**small(tiny_model, steps=1, minibatches=1,
+                                  behaviour_temperature=t_b)), out)
+        runs[name] = comparable(log_of(out))[0]
+    none, same, hot = runs["none"], runs["same"], runs["hot"]
+    assert none == same
+    assert none["s_spread"] == none["s_spread_product"] == none["w_shift"] == none["ppo_kl"] == 0
+    assert hot["s_spread"] > 1e-3 and hot["s_spread_product"] > 3 * hot["s_spread"]
+    assert hot["w_shift"] > 0 and hot["ppo_kl"] > 0
+    assert hot["gen_tokens"] != none["gen_tokens"]  # other samples: the sampler ran at T_b
+
+
+def test_behaviour_temperature_is_refused_outside_the_native_engine(tiny_model):  # noqa: F811
+    import pytest
+
+    with pytest.raises(ValueError, match="TrainConfig.behaviour_temperature is a native-engine"):
+        TrainConfig(**small(tiny_model, engine="trl", behaviour_temperature=1.2))
+    with pytest.raises(ValueError, match="TrainConfig.behaviour_temperature must be > 0"):
+        TrainConfig(**small(tiny_model, behaviour_temperature=0.0))

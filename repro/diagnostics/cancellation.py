@@ -3,6 +3,8 @@
 asym: do members sharing a node get the same coefficient per unit advantage? (exchangeability)
 residual_full: how much net push survives on nodes the whole group shares? (cancellation)
 freq_energy: what share of the net update pressure lands on the most frequent token types?
+shared_frac: what share of the response tokens sit on a shared node at all (where
+cancellation can act)?
 """
 
 from __future__ import annotations
@@ -101,10 +103,30 @@ def _freq_value(counts: Tensor, net: Tensor, vocab_size: int) -> float:
     return float(energy[top].sum() / total) if float(total) > 0 else 0.0
 
 
+def _shared_sums(nodes: SharedNodes) -> tuple[Tensor, Tensor]:
+    """(response tokens on a node with >= 2 members of their group, response tokens)."""
+    on_shared = (nodes.count[nodes.node] >= 2).double().sum()
+    return on_shared, torch.tensor(float(nodes.node.numel()), dtype=torch.float64,
+                                   device=on_shared.device)
+
+
+def _shared_value(on_shared: Tensor, n: Tensor) -> float:
+    return float(on_shared / n) if float(n) > 0 else math.nan
+
+
+def shared_frac(nodes: SharedNodes) -> float:
+    """Share of response tokens on a node with >= 2 members of their group (NaN: no token)."""
+    return _shared_value(*_shared_sums(nodes))
+
+
+CANCELLATION_KEYS = ("asym", "residual_full", "freq_energy", "shared_frac")
+_HEAD = 7  # scalar sums before the per-type counts: asym 2, residual_full 3, shared_frac 2
+
+
 def cancellation_sums(
     coef: Tensor, tokens: Tensor, mask: Tensor, group: Tensor, advantages: Tensor, n_types: int
 ) -> Tensor:
-    """The additive quantities behind the three metrics, one float64 vector [5 + 2 n_types]
+    """The additive quantities behind CANCELLATION_KEYS, one float64 vector [HEAD + 2 n_types]
     (n_types: token types counted, at least every id in `tokens`).
 
     Shared nodes live inside a group, so for pieces that hold disjoint sets of whole groups
@@ -113,28 +135,30 @@ def cancellation_sums(
     """
     nodes = find_shared_nodes(tokens, mask, group)
     counts, net = _freq_sums(coef, tokens, mask, n_types)
-    head = torch.stack([*_asym_sums(coef, advantages, nodes), *_residual_sums(coef, nodes)])
+    head = torch.stack([*_asym_sums(coef, advantages, nodes), *_residual_sums(coef, nodes),
+                        *_shared_sums(nodes)])
     return torch.cat([head.to(counts.device), counts, net])
 
 
 def metrics_from_sums(sums: Tensor, vocab_size: int) -> dict[str, float]:
-    """asym, residual_full, freq_energy from (summed) `cancellation_sums`; all NaN if any NaN
-    (a piece that could not be measured poisons the sum instead of biasing it)."""
+    """CANCELLATION_KEYS from (summed) `cancellation_sums`; all NaN if any NaN (a piece that
+    could not be measured poisons the sum instead of biasing it)."""
     if bool(sums.isnan().any()):
-        return {"asym": math.nan, "residual_full": math.nan, "freq_energy": math.nan}
-    n_types = (sums.numel() - 5) // 2
-    counts, net = sums[5:5 + n_types], sums[5 + n_types:]
+        return dict.fromkeys(CANCELLATION_KEYS, math.nan)
+    n_types = (sums.numel() - _HEAD) // 2
+    counts, net = sums[_HEAD:_HEAD + n_types], sums[_HEAD + n_types:]
     return {
         "asym": _asym_value(sums[0], sums[1]),
         "residual_full": _residual_value(sums[2], sums[3], sums[4]),
         "freq_energy": _freq_value(counts, net, vocab_size),
+        "shared_frac": _shared_value(sums[5], sums[6]),
     }
 
 
 def cancellation_metrics(
     coef: Tensor, tokens: Tensor, mask: Tensor, group: Tensor, advantages: Tensor, vocab_size: int
 ) -> dict[str, float]:
-    """All three metrics of one minibatch (one shared-node pass)."""
+    """CANCELLATION_KEYS of one minibatch (one shared-node pass)."""
     n_types = _types(tokens, mask, vocab_size)
     return metrics_from_sums(
         cancellation_sums(coef, tokens, mask, group, advantages, n_types), vocab_size)

@@ -14,7 +14,12 @@ import math
 import torch
 from torch import Tensor
 
-from repro.diagnostics import UpdateDiagnostics, cancellation_metrics, token_coefficients
+from repro.diagnostics import (
+    CANCELLATION_KEYS,
+    UpdateDiagnostics,
+    cancellation_metrics,
+    token_coefficients,
+)
 from repro.objectives import DFPOConfig, Groups, LossConfig, Minibatch, Normalisers, policy_loss
 from repro.objectives.dfpo import dfpo_weights
 from repro.objectives.kl import k3_kl_penalty
@@ -43,7 +48,7 @@ def loss_and_diagnostics(
     `norm`: the global optimizer minibatch's token/sequence counts (None: this piece is the whole
     minibatch). `world_size`: the loss is multiplied by it to undo the gradient averaging of
     DDP/FSDP (verl's `dp_size` in `agg_loss`). `seq_weight`: DFPO's precomputed weights when a
-    group is split (see `sequence_weights`). Diagnostics (asym, residual_full, freq_energy)
+    group is split (see `sequence_weights`). Diagnostics (CANCELLATION_KEYS)
     come from c = -dL/dlogp of this piece's own loss before the world-size factor; they need
     whole groups in the piece; for a piece of a larger update pass `pieces`, which collects the
     coefficients (the metrics are then NaN here and come from `pieces.finish`).
@@ -58,7 +63,7 @@ def loss_and_diagnostics(
         coef = token_coefficients(loss, logp)
         metrics |= cancellation_metrics(coef, tokens, mask, group, adv, vocab_size)
     else:
-        metrics |= {"asym": math.nan, "residual_full": math.nan, "freq_energy": math.nan}
+        metrics |= dict.fromkeys(CANCELLATION_KEYS, math.nan)
     if world_size != 1:
         loss = loss * world_size
     return loss, metrics
@@ -69,12 +74,14 @@ def sequence_weights(
 ) -> Tensor | None:
     """The no-grad pre-pass: DFPO's w~ over whole groups (all rows of every group present,
     e.g. gathered across processes), to be sliced into `seq_weight` of each piece. None for
-    objectives whose per-sequence terms need no other member of the group."""
+    objectives whose per-sequence terms need no other member of the group. s is read as the
+    config's `sequence_ratio` says, as in the loss, so every engine gets the same weights."""
     if not isinstance(cfg, DFPOConfig):
         return None
     with torch.no_grad():
         mb = Minibatch(logp.detach(), logp_old, mask, adv, group)
-        w_t, _, _ = dfpo_weights(cfg, mb.seq_log_ratio(), mb.advantages, Groups.from_ids(group))
+        log_s = mb.seq_log_ratio(cfg.sequence_ratio)
+        w_t, _, _ = dfpo_weights(cfg, log_s, mb.advantages, Groups.from_ids(group))
     return w_t.detach()
 
 

@@ -20,6 +20,9 @@ def require(ok: bool, owner: Any, name: str, rule: str) -> None:
 
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+# Readings of the sequence ratio s_i (docs/objectives.md): "mean" = GSPO's length-normalised
+# exp(mean_t log r), "product" = the paper's prod_t r = exp(sum_t log r).
+SEQUENCE_RATIOS = ("mean", "product")
 
 
 @dataclass
@@ -110,9 +113,17 @@ class Minibatch:
         """|y_i| as float, at least 1 so an empty response gives log s = 0."""
         return self.mask.sum(-1).clamp_min(1).to(self.dtype)
 
-    def seq_log_ratio(self) -> Tensor:
-        """log s_i = mean_t log r_{i,t}: the GSPO length-normalised sequence ratio (with grad)."""
-        return self.token_log_ratio().sum(-1) / self.lengths()
+    def seq_log_ratio(self, reading: str = "mean") -> Tensor:
+        """log s_i (with grad): mean_t log r_{i,t} (GSPO's length-normalised ratio) or, for
+        reading="product", sum_t log r_{i,t} (the paper's product of token ratios, kept in log
+        space: the product of |y_i| float ratios would under- or overflow on long responses)."""
+        total = self.token_log_ratio().sum(-1)
+        if reading == "product":
+            return total
+        if reading != "mean":
+            raise ValueError(f"unknown sequence ratio reading {reading!r}; known: "
+                             f"{SEQUENCE_RATIOS}")
+        return total / self.lengths()
 
     def unit(self) -> Tensor:
         """exp(logp - sg[logp]): value 1, gradient grad(logp). Lets detached weights multiply it."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -9,11 +11,15 @@ from repro.objectives.base import Minibatch
 
 
 @torch.no_grad()
-def common_metrics(batch: Minibatch, weights: Tensor, clipped: Tensor) -> dict[str, float]:
+def common_metrics(batch: Minibatch, weights: Tensor, clipped: Tensor, *,
+                   w_shift: float = math.nan) -> dict[str, float]:
     """weights: the effective per-row (or per-token) importance weights the loss used.
 
     clipped: bool [B, T] of tokens whose gradient the trust region changed. clip_frac is
-    token-weighted for every algorithm (verl's convention, also for GSPO).
+    token-weighted for every algorithm (verl's convention, also for GSPO). w_shift: DFPO's
+    mean |w~/w - 1| (NaN for objectives without an intra-group transform). The spread of s is
+    reported under both readings whatever the objective uses, so a run shows how far apart
+    the readings are in its own regime.
     """
     mask = batch.mask
     n_tok = mask.sum().clamp_min(1)
@@ -21,6 +27,8 @@ def common_metrics(batch: Minibatch, weights: Tensor, clipped: Tensor) -> dict[s
     ppo_kl = (torch.where(mask, -batch.token_log_ratio(), 0.0)).sum() / n_tok
     return {
         "s_spread": seq_ratio_spread(batch),
+        "s_spread_product": seq_ratio_spread(batch, "product"),
+        "w_shift": w_shift,
         "clip_frac": float((clipped & mask).sum() / n_tok),
         "ppo_kl": float(ppo_kl),
         "w_min": float(w.min()) if w.numel() else 1.0,
@@ -31,12 +39,14 @@ def common_metrics(batch: Minibatch, weights: Tensor, clipped: Tensor) -> dict[s
 
 
 @torch.no_grad()
-def seq_ratio_spread(batch: Minibatch) -> float:
+def seq_ratio_spread(batch: Minibatch, reading: str = "mean") -> float:
     """Mean over groups of (max - min) / mean of the sequence ratios s_i within the group.
 
     The transforms of DFPO act on this spread (they are the identity where all s_i are equal),
     so it says whether an ablation of the transform can change anything: 0 on the first
-    minibatch of a rollout batch (s = 1 exactly), growing with K and the learning rate."""
-    s = torch.exp(batch.seq_log_ratio().detach().double())
+    minibatch of a rollout batch when the behaviour policy is the trainer's (s = 1 exactly),
+    growing with K, the learning rate and any sampler/trainer mismatch. `reading`: which s
+    (base.SEQUENCE_RATIOS); float64, so the product reading is finite up to 709 nats."""
+    s = torch.exp(batch.seq_log_ratio(reading).detach().double())
     groups = batch.groups
     return float(((groups.max(s) - groups.min(s)) / groups.mean(s)).mean())

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from repro import __version__
 from repro.atomic import atomic_file
+from repro.results.schemas import ADDED_COLUMNS
 
 
 def git_revision() -> str:
@@ -90,9 +91,23 @@ def _checked(table: pa.Table, schema: pa.Schema, path: Path) -> pa.Table:
 
 
 def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:
-    """Read a result file and check it has exactly the expected columns and types."""
-    table = pq.read_table(path)
+    """Read a result file and check it has exactly the expected columns and types (a file
+    written before the schema gained its ADDED_COLUMNS gets them as NaN)."""
+    table = _with_added_columns(pq.read_table(path), schema)
     if not table.schema.equals(schema, check_metadata=False):
         raise ValueError(f"{path}: schema differs from {schema.metadata.get(b'schema_name')!r}:\n"
                          f"{table.schema}\n!=\n{schema}")
     return table
+
+
+def _with_added_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with the schema's later-added float columns filled with NaN, in schema order,
+    when exactly those are missing; otherwise unchanged (the caller's check then decides)."""
+    added = ADDED_COLUMNS.get((schema.metadata or {}).get(b"schema_name", b"").decode(), ())
+    missing = [name for name in added if name not in table.column_names]
+    if not missing or sorted(table.column_names + missing) != sorted(schema.names):
+        return table
+    nan = pa.array([float("nan")] * table.num_rows, pa.float64())
+    for name in missing:
+        table = table.append_column(pa.field(name, pa.float64(), nullable=False), nan)
+    return table.select(schema.names)

@@ -56,6 +56,13 @@ class TrainConfig:
     temperature: float = field(default=1.0, metadata={"help": "Rollout sampling temperature; log-probs use logits / T."})
     top_p: float = field(default=1.0, metadata={"help": "Rollout nucleus mass: must be 1 (no truncation)."})
     top_k: int = field(default=0, metadata={"help": "Rollout top-k: must be 0 (off)."})
+    behaviour_temperature: float | None = field(
+        default=None,
+        metadata={"help": "The controlled off-policy dose (native engine): sample at this "
+                  "temperature T_b and take logp_old from softmax(logits / T_b), the policy that "
+                  "sampled, while the loss scores at `temperature`: a sampler/trainer mismatch, "
+                  "so s != 1 from the first update. null = `temperature` (no dose)."},
+    )
     behaviour_logprobs: str = field(
         default="trainer",
         metadata={"help": "'trainer': recompute logp_old after the rollout; 'engine': take the "
@@ -117,6 +124,11 @@ class TrainConfig:
              "must be 'trainer' or 'engine'")
         need(self.advantage_scale in SCALES, "advantage_scale", f"must be one of {SCALES}")
         need(self.temperature > 0, "temperature", "must be > 0 (RL samples)")
+        need(self.behaviour_temperature is None or self.behaviour_temperature > 0,
+             "behaviour_temperature", "must be > 0 or null")
+        need(self.behaviour_temperature is None or self.engine == "native",
+             "behaviour_temperature", "is a native-engine option (TRL samples and scores at "
+             "one temperature)")
         # Truncated sampling is a different policy from softmax(logits / T), whose log-probs the
         # trainer computes: ratios and gradients would refer to a policy that did not sample.
         need(self.top_p == 1, "top_p", "must be 1 in training (truncated sampling is not "
@@ -136,6 +148,11 @@ class TrainConfig:
             from repro.engines.trl_args import check_train_config
 
             check_train_config(self)
+
+    def sampling_temperature(self) -> float:
+        """The behaviour policy's temperature: `behaviour_temperature`, else `temperature`."""
+        t_b = self.behaviour_temperature
+        return self.temperature if t_b is None else t_b
 
     def loss_config(self) -> Any:
         return make_config(self.algorithm, **self.objective)

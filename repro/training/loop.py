@@ -2,10 +2,13 @@
 
 Per step: P prompts from the compute-matched stream, G samples each (HF engine, KV cache),
 rewards from the evaluator's graders, group advantages, logp_old once per rollout batch (or the
-engine's), all at the sampling temperature (logits / T, as TRL does: the policy that sampled), then K updates on minibatches of whole groups with `policy_loss` (AdamW, grad-norm
-clipping, optional k3 KL). Diagnostics come from c = -dL/dlogp of each update's own loss. One
-Parquet row per step; checkpoints at `checkpoint_every` steps and at budget fractions; with
-`resume=True` a killed run continues from its newest checkpoint and ends bit-identical on CPU.
+engine's), all at the sampling temperature (logits / T, as TRL does: the policy that sampled;
+with `behaviour_temperature` the sampler and logp_old use T_b while the loss scores at T, a
+controlled off-policy dose), then K updates on minibatches of whole groups with `policy_loss`
+(AdamW, grad-norm clipping, optional k3 KL). Diagnostics come from c = -dL/dlogp of each
+update's own loss. One Parquet row per step; checkpoints at `checkpoint_every` steps and at
+budget fractions; with `resume=True` a killed run continues from its newest checkpoint and ends
+bit-identical on CPU.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from repro.engines.core import loss_and_diagnostics
 from repro.objectives import AdvantageConfig, group_advantages
 from repro.progress import progress
 from repro.results import TRAIN_LOG, write_table
+from repro.results.schemas import TRAIN_LOG_ADDED
 from repro.training.checkpoint import (
     latest_checkpoint,
     load_trainer_state,
@@ -72,7 +76,7 @@ class StepContext:
 
 
 MEAN_KEYS = ("loss", "clip_frac", "ppo_kl", "w_mean", "neg_weight_frac", "s_spread", "asym",
-             "residual_full", "freq_energy", "grad_norm")
+             "residual_full", "freq_energy", "grad_norm", *TRAIN_LOG_ADDED)
 
 
 def train(
@@ -166,7 +170,8 @@ def train_step(ctx: StepContext, step: int, state: RunState) -> dict[str, Any]:
     """One rollout batch and its K updates; advances the counters in `state`, returns the row."""
     cfg, model, ref = ctx.cfg, ctx.model, ctx.ref
     t0 = time.perf_counter()
-    sampling = SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+    t_behaviour = cfg.sampling_temperature()
+    sampling = SamplingConfig(temperature=t_behaviour, top_p=cfg.top_p, top_k=cfg.top_k,
                               max_new_tokens=cfg.max_new_tokens, n=cfg.group_size,
                               seed=cfg.seed * 1_000_003 + step)
     model.eval()
@@ -174,9 +179,12 @@ def train_step(ctx: StepContext, step: int, state: RunState) -> dict[str, Any]:
                     want_engine_logp=cfg.behaviour_logprobs == "engine")
     model.train()
     args = (batch.input_ids, batch.attention_mask, batch.response_mask)
-    with torch.no_grad():  # once per rollout batch: the behaviour policy (and its entropy)
+    with torch.no_grad():  # once per rollout batch: the behaviour policy, the entropy at T
         logp_old, entropy = response_logprobs(model, *args, chunk_size=cfg.logprob_chunk,
                                               temperature=cfg.temperature)
+        if t_behaviour != cfg.temperature:  # the off-policy dose: the sampler's own policy
+            logp_old = response_logprobs(model, *args, chunk_size=cfg.logprob_chunk,
+                                         temperature=t_behaviour, with_entropy=False)[0]
         ref_logp = None if ref is None else response_logprobs(
             ref, *args, temperature=cfg.temperature, with_entropy=False)[0]
     if batch.engine_logp is not None:
