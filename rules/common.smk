@@ -1,6 +1,7 @@
 # Helpers only: config checks, run keys, output layout, target lists, source digests. No rules here.
 import hashlib
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -30,9 +31,12 @@ def at_parse_time(check, *args):
 
 try:
     validate(config, "../config/schema.yaml", set_default=True)
-except WorkflowError as err:  # jsonschema's message: the key path, the rule it breaks
-    refuse("config: " + " ".join(str(err).split("\n")[:2]).replace("Error validating config "
-                                                                    "file.", "").strip())
+except WorkflowError as err:  # jsonschema's report, cut to one line: the key, what it breaks
+    text = str(err)
+    where = re.search(r"^On instance(\S*):", text, re.M)
+    what = re.search(r"^ValidationError: (.*)$", text, re.M)
+    refuse(f"config{' ' + where.group(1) if where else ''}: "
+           f"{what.group(1) if what else text.splitlines()[0]}")
 
 
 def check_names(selection: str, names, catalogue: str) -> None:
@@ -113,6 +117,7 @@ def check_dataclass_blocks() -> None:
 
 
 at_parse_time(check_dataclass_blocks)
+
 
 
 FRACTIONS = [frac_label(f) for f in config["eval"]["fractions"]]
@@ -423,6 +428,17 @@ def verified_outputs() -> list[str]:
 at_parse_time(run_keys)  # an ablation group size that does not split fails here, by its key
 
 
+def plan_gpu_jobs() -> list:
+    """The memory planner over the GPU jobs (`repro plan`): a job that cannot fit its GPUs is
+    refused now, in one line naming the key to change; the plans give evaluation walltimes."""
+    from repro.plan import plan_jobs
+
+    return plan_jobs(config)
+
+
+PLAN = at_parse_time(plan_gpu_jobs)
+
+
 # A damaged output (truncated, garbage, torn copy) is moved aside to NAME.corrupt here, with one
 # line saying why, so Snakemake sees it missing and reruns exactly the job that wrote it and the
 # jobs downstream. Unchanged files that verified before are not hashed again (stat cache).
@@ -447,13 +463,3 @@ def check_run_configs() -> None:
 
 at_parse_time(check_run_configs)
 
-
-def plan_gpu_jobs() -> list:
-    """The memory planner over the GPU jobs (`repro plan`): a job that cannot fit its GPUs is
-    refused now, in one line naming the key to change; the plans give evaluation walltimes."""
-    from repro.plan import plan_jobs
-
-    return plan_jobs(config)
-
-
-PLAN = at_parse_time(plan_gpu_jobs)

@@ -78,6 +78,11 @@ def plan_jobs(config: dict[str, Any]) -> list[JobPlan]:
     vLLM on hardware.eval's GPUs. No GPU job: an empty list."""
     hw, train = config["hardware"], config["train"]
     world = hw["train"]["nodes"] * hw["train"]["gpus_per_node"]
+    if world > 1 and train.get("engine") != "trl":
+        raise PlanRefusal(f"config train.engine is native (one process on one device), but "
+                          f"hardware.train gives train jobs {hw['train']['nodes']} node(s) x "
+                          f"{hw['train']['gpus_per_node']} GPU(s); set train.engine: trl, or "
+                          "hardware.train.gpus_per_node: 1")
     plans = []
     for key in config["run"]["models"]:
         if world:
