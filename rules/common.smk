@@ -35,8 +35,8 @@ except WorkflowError as err:  # jsonschema's report, cut to one line: the key, w
     text = str(err)
     where = re.search(r"^On instance(\S*):", text, re.M)
     what = re.search(r"^ValidationError: (.*)$", text, re.M)
-    refuse(f"config{' ' + where.group(1) if where else ''}: "
-           f"{what.group(1) if what else text.splitlines()[0]}")
+    key = f" {where.group(1)}" if where else ""
+    refuse(f"config{key}: {what.group(1) if what else text.splitlines()[0]}")
 
 
 def check_names(selection: str, names, catalogue: str) -> None:

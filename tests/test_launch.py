@@ -73,7 +73,7 @@ def test_paper_32b_runs_trl_under_accelerate_fsdp2_on_one_node_of_hardware_train
         assert "--threads 8 " in shell  # 64 CPUs of the node over its 8 processes
         assert resources["nodes"] == "1" and resources["gres"] == "gpu:8", resources
     sbatch = sbatch_flags(jobs[0][0])
-    for flag in ("--nodes=1", "--gres=gpu:8", "--cpus-per-gpu=8", "--ntasks=1"):
+    for flag in ("--nodes=1", "--gres=gpu:8", "--cpus-per-gpu=8"):
         assert flag in sbatch, (flag, sbatch)
     assert "--gpus" not in sbatch and "--cpus-per-task" not in sbatch, sbatch
     assert "--ntasks-per-gpu" not in sbatch, sbatch

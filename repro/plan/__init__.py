@@ -95,7 +95,10 @@ def plan_jobs(config: dict[str, Any]) -> list[JobPlan]:
             if others:
                 plans[-1].notes.append(f"group-size ablation G={others} checked too (same rows "
                                        "per process)")
-        if hw["eval"]["gpus"] and config["eval"]["engine"] == "vllm":
+        if hw["eval"]["gpus"]:
+            if config["eval"]["engine"] != "vllm":
+                raise PlanRefusal("config hardware.eval.gpus: GPU evaluation is planned for "
+                                  "eval.engine vllm only; set it, or hardware.eval.gpus: 0")
             plans.append(eval_plan(key, model_shape(config, key), eval_tokens(config), hw))
     return plans
 

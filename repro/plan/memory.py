@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 from typing import Any
 
 from repro.plan.shapes import BF16, Shape
+from repro.training.config import TrainConfig
 
 GB = 1e9
 RESERVE_GB = 6.0  # CUDA context, NCCL buffers, allocator fragmentation: never planned for use
@@ -30,6 +31,9 @@ VLLM_ACT_GB = 2.0  # vLLM's own forward at TRL's max_num_batched_tokens=4096, CU
 VLLM_ASLEEP_GB = 1.0  # what a sleeping vLLM (level 2: weights and KV cache freed) keeps
 PROC_HOST_GB = 10.0  # host memory of one process: Python, torch, CUDA and vLLM runtimes
 RUNTIME_MARGIN = 1.2  # evaluation walltime over the token estimate (load, grading, stragglers)
+
+
+TRAIN_DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
 
 class PlanRefusal(ValueError):
@@ -82,7 +86,8 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: dict[str, An
     if local % accum:
         raise PlanRefusal(f"config train.trl_args.gradient_accumulation_steps={accum} does not "
                           f"divide the {local} rows per process and update")
-    micro, seq = local // accum, hw["prompt_tokens"] + train["max_new_tokens"]
+    budget = train.get("max_new_tokens", TRAIN_DEFAULTS["max_new_tokens"])
+    micro, seq = local // accum, hw["prompt_tokens"] + int(budget)
     n, gpu = shape.params, hw["gpu_memory_gb"] - RESERVE_GB
     ckpt = bool(args.get("gradient_checkpointing", False))
     states = {"fp32 masters (sharded)": _gb(4 * n / world),
