@@ -97,7 +97,9 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: dict[str, An
     boundary = shape.layers * shape.hidden * BF16 + shape.layer_act_bytes_per_token
     act = micro * seq * (boundary if ckpt else shape.act_bytes_per_token)
     prepass = micro * seq * (shape.layer_act_bytes_per_token + 2 * shape.hidden * BF16)
-    plan = JobPlan("train", model, nodes, per_node, [])
+    plan = JobPlan("train", model, nodes, per_node, [], [
+        f"per GPU: {hw['gpu_memory_gb']} GB less {RESERVE_GB} GB kept free (CUDA context, NCCL, "
+        "fragmentation); every sequence at prompt + response budget"])
 
     rollout = Phase("rollout", gpu, {"fp32 masters (sharded)": states["fp32 masters (sharded)"],
                                      "AdamW m, v fp32 (sharded)":
