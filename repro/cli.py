@@ -192,8 +192,8 @@ def data_pin(
 
 @app.command("plan")
 def plan(
-    configfile: Annotated[list[Path], typer.Option(
-        help="Config overlays, as given to snakemake (a preset); repeat for several.")] = [],
+    configfile: Annotated[list[Path] | None, typer.Option(
+        help="Config overlays, as given to snakemake (a preset); repeat for several.")] = None,
     base: Annotated[Path, typer.Option(
         help="The base config the overlays merge into (its schema.yaml beside it).")] = Path(
         "config/config.yaml"),
@@ -204,7 +204,7 @@ def plan(
     from repro.plan import PlanRefusal, load_config, plan_jobs, table
 
     try:
-        config = load_config(base, configfile)
+        config = load_config(base, configfile or [])
         typer.echo(table(plan_jobs(config)))
     except PlanRefusal as err:
         typer.echo(f"repro plan: {err}", err=True)

@@ -70,7 +70,7 @@ def group_sizes(config: dict[str, Any]) -> list[int]:
     abl = config["ablations"]
     extra = abl["group_sizes"] if abl["group_algorithms"] else []
     main = int(config["train"]["group_size"])
-    return [main] + sorted({int(g) for g in extra} - {main})
+    return [main, *sorted({int(g) for g in extra} - {main})]
 
 
 def plan_jobs(config: dict[str, Any]) -> list[JobPlan]:
@@ -87,7 +87,7 @@ def plan_jobs(config: dict[str, Any]) -> list[JobPlan]:
     for key in config["run"]["models"]:
         if world:
             total = int(train["prompts_per_step"]) * int(train["group_size"])
-            main, *others = group_sizes(config)
+            others = group_sizes(config)[1:]
             for g in others:  # P x G rows per step at every G: memory as main, layout checked
                 job = train | {"group_size": g, "prompts_per_step": total // g}
                 train_plan(key, model_shape(config, key), job, hw, world)

@@ -110,7 +110,7 @@ def _next(cfg: dict[str, Any]) -> Shape:
     sparse = [i not in cfg.get("mlp_only_layers", []) and (i + 1) % cfg.get(
         "decoder_sparse_step", 1) == 0 for i in range(n)]
     params, acts = [], []
-    for t, s in zip(types, sparse):
+    for t, s in zip(types, sparse, strict=True):
         mixer, mixer_act = (full, full_act) if t == "full_attention" else (lin, lin_act)
         mlp, mlp_act = (moe, moe_act) if s else (dense, dense_act)
         params.append(mixer + mlp + h)
