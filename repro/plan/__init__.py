@@ -12,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from repro.plan.hardware import Hardware
 from repro.plan.memory import JobPlan, PlanRefusal, eval_plan, train_plan
 from repro.plan.shapes import Shape, read_config, shape_of
 
-__all__ = ["JobPlan", "PlanRefusal", "eval_tokens", "load_config", "model_shape", "plan_jobs",
-           "table"]
+__all__ = ["Hardware", "JobPlan", "PlanRefusal", "eval_tokens", "load_config", "model_shape",
+           "plan_jobs", "table"]
 
 
 def load_config(base: Path, configfiles: list[Path]) -> dict[str, Any]:
@@ -76,12 +77,12 @@ def group_sizes(config: dict[str, Any]) -> list[int]:
 def plan_jobs(config: dict[str, Any]) -> list[JobPlan]:
     """Plans of the GPU jobs: train when hardware.train has GPUs, evaluate when evaluation runs
     vLLM on hardware.eval's GPUs. No GPU job: an empty list."""
-    hw, train = config["hardware"], config["train"]
-    world = hw["train"]["nodes"] * hw["train"]["gpus_per_node"]
+    hw, train = Hardware.of(config["hardware"]), config["train"]
+    world = hw.train.world
     if world > 1 and train.get("engine") != "trl":
         raise PlanRefusal(f"config train.engine is native (one process on one device), but "
-                          f"hardware.train gives train jobs {hw['train']['nodes']} node(s) x "
-                          f"{hw['train']['gpus_per_node']} GPU(s); set train.engine: trl, or "
+                          f"hardware.train gives train jobs {hw.train.nodes} node(s) x "
+                          f"{hw.train.gpus_per_node} GPU(s); set train.engine: trl, or "
                           "hardware.train.gpus_per_node: 1")
     plans = []
     for key in config["run"]["models"]:
@@ -95,7 +96,7 @@ def plan_jobs(config: dict[str, Any]) -> list[JobPlan]:
             if others:
                 plans[-1].notes.append(f"group-size ablation G={others} checked too (same rows "
                                        "per process)")
-        if hw["eval"]["gpus"]:
+        if hw.eval.gpus:
             if config["eval"]["engine"] != "vllm":
                 raise PlanRefusal("config hardware.eval.gpus: GPU evaluation is planned for "
                                   "eval.engine vllm only; set it, or hardware.eval.gpus: 0")

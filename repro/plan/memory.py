@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 from typing import Any
 
+from repro.plan.hardware import Hardware
 from repro.plan.shapes import BF16, Shape
 from repro.training.config import TrainConfig
 
@@ -68,12 +69,12 @@ def _gb(nbytes: float) -> float:
     return nbytes / GB
 
 
-def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: dict[str, Any],
+def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: Hardware,
                world: int) -> JobPlan:
     """Plan one train job; raise PlanRefusal (one line, naming the key) when it cannot fit."""
     from repro.engines.trl_args import check_layout, rollout_defaults
 
-    nodes, per_node = hw["train"]["nodes"], hw["train"]["gpus_per_node"]
+    nodes, per_node = hw.train.nodes, hw.train.gpus_per_node
     p, g, k = train["prompts_per_step"], train["group_size"], train["minibatches"]
     try:
         check_layout(SimpleNamespace(prompts_per_step=p, minibatches=k), world)
@@ -87,8 +88,8 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: dict[str, An
         raise PlanRefusal(f"config train.trl_args.gradient_accumulation_steps={accum} does not "
                           f"divide the {local} rows per process and update")
     budget = train.get("max_new_tokens", TRAIN_DEFAULTS["max_new_tokens"])
-    micro, seq = local // accum, hw["prompt_tokens"] + int(budget)
-    n, gpu = shape.params, hw["gpu_memory_gb"] - RESERVE_GB
+    micro, seq = local // accum, hw.prompt_tokens + int(budget)
+    n, gpu = shape.params, hw.gpu_memory_gb - RESERVE_GB
     ckpt = bool(args.get("gradient_checkpointing", False))
     states = {"fp32 masters (sharded)": _gb(4 * n / world),
               "fp32 gradients (sharded)": _gb(4 * n / world),
@@ -98,7 +99,7 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: dict[str, An
     act = micro * seq * (boundary if ckpt else shape.act_bytes_per_token)
     prepass = micro * seq * (shape.layer_act_bytes_per_token + 2 * shape.hidden * BF16)
     plan = JobPlan("train", model, nodes, per_node, [], [
-        f"per GPU: {hw['gpu_memory_gb']} GB less {RESERVE_GB} GB kept free (CUDA context, NCCL, "
+        f"per GPU: {hw.gpu_memory_gb} GB less {RESERVE_GB} GB kept free (CUDA context, NCCL, "
         "fragmentation); every sequence at prompt + response budget"])
 
     rollout = Phase("rollout", gpu, {"fp32 masters (sharded)": states["fp32 masters (sharded)"],
@@ -119,12 +120,12 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: dict[str, An
         if world % tp or shape.heads % tp:
             raise PlanRefusal(f"config train.trl_args.vllm_tensor_parallel_size={tp} must divide "
                               f"the {world} processes and the {shape.heads} attention heads")
-        rollout.items["vLLM (memory utilisation)"] = util * hw["gpu_memory_gb"]
+        rollout.items["vLLM (memory utilisation)"] = util * hw.gpu_memory_gb
         _refuse_over(rollout, "train.trl_args.vllm_gpu_memory_utilization",
-                     f"vLLM's share {util} of {hw['gpu_memory_gb']} GB next to the resident "
+                     f"vLLM's share {util} of {hw.gpu_memory_gb} GB next to the resident "
                      "training state; lower it")
         weights = _gb(BF16 * n / tp)
-        kv = util * hw["gpu_memory_gb"] - weights - VLLM_ACT_GB
+        kv = util * hw.gpu_memory_gb - weights - VLLM_ACT_GB
         max_len = args.get("vllm_max_model_length") or shape.max_position_embeddings
         per_seq = _vllm_seq_gb(shape, tp, max_len)
         if kv < per_seq:
@@ -137,7 +138,7 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: dict[str, An
                           f"{kv:.1f} GB KV cache per GPU, {int(kv // _vllm_seq_gb(shape, tp, seq))}"
                           f" sequences of {seq} tokens at once per TP group")
         asleep = args.get("vllm_enable_sleep_mode", False)
-        vllm_resident = VLLM_ASLEEP_GB if asleep else util * hw["gpu_memory_gb"]
+        vllm_resident = VLLM_ASLEEP_GB if asleep else util * hw.gpu_memory_gb
     plan.phases.append(rollout)
 
     update = Phase("update", gpu, dict(states))
@@ -162,7 +163,7 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: dict[str, An
         "gathered unit (bf16 params, fp32 grads, x2)": _gb(2 * unit),
         f"one layer's activations, {micro} x {seq} tokens": _gb(prepass)}))
 
-    host = Phase("host memory per node", hw["host_memory_gb"], {
+    host = Phase("host memory per node", hw.host_memory_gb, {
         f"{per_node} processes' runtimes": per_node * PROC_HOST_GB,
         "full fp32 state on node 0 (load, or save's gather)": _gb(4 * n)})
     _refuse_over(host, "hardware.host_memory_gb", "node 0 holds the whole model once "
@@ -171,27 +172,27 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: dict[str, An
     return plan
 
 
-def eval_plan(model: str, shape: Shape, tokens: int, hw: dict[str, Any]) -> JobPlan:
+def eval_plan(model: str, shape: Shape, tokens: int, hw: Hardware) -> JobPlan:
     """Plan one evaluation job (vLLM, tensor parallel over its GPUs) producing `tokens`."""
     from repro.generation.vllm_engine import VLLMEngine
 
-    tp = hw["eval"]["gpus"]
+    tp = hw.eval.gpus
     if shape.heads % tp:
         raise PlanRefusal(f"config hardware.eval.gpus={tp} must divide the model's "
                           f"{shape.heads} attention heads (vLLM tensor parallel)")
     util = inspect.signature(VLLMEngine).parameters["gpu_memory_utilization"].default
     weights = _gb(BF16 * shape.params / tp)
-    kv = util * hw["gpu_memory_gb"] - weights - VLLM_ACT_GB
+    kv = util * hw.gpu_memory_gb - weights - VLLM_ACT_GB
     per_seq = _vllm_seq_gb(shape, tp, shape.max_position_embeddings)
-    phase = Phase("generation", util * hw["gpu_memory_gb"], {
+    phase = Phase("generation", util * hw.gpu_memory_gb, {
         f"bf16 weights / TP {tp}": weights, "vLLM forward, CUDA graphs": VLLM_ACT_GB,
         f"KV cache ({kv:.1f} GB; one {shape.max_position_embeddings}-token sequence)": per_seq})
     _refuse_over(phase, "hardware.eval.gpus", "more tensor-parallel GPUs")
-    hours = tokens / hw["eval"]["tokens_per_s"] / 3600
+    hours = tokens / hw.eval.tokens_per_s / 3600
     plan = JobPlan("evaluate", model, 1, tp, [phase],
                    runtime_min=math.ceil(hours * RUNTIME_MARGIN * 60))
     plan.notes.append(f"{tokens / 1e6:.0f}M response tokens at most, {hours:.1f} h at "
-                      f"{hw['eval']['tokens_per_s']} tokens/s; walltime x{RUNTIME_MARGIN}")
+                      f"{hw.eval.tokens_per_s} tokens/s; walltime x{RUNTIME_MARGIN}")
     return plan
 
 
