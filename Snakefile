@@ -32,6 +32,10 @@ include: "rules/aggregate.smk"
 include: "rules/report.smk"
 
 
+onstart:
+    refuse_missing_pins()  # real runs only: a dry run without data.lock.yaml just warns
+
+
 localrules:
     all,
     run_config,

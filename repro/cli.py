@@ -190,6 +190,30 @@ def data_pin(
     typer.echo(f"-> {lock}")
 
 
+@app.command("plan")
+def plan(
+    configfile: Annotated[list[Path] | None, typer.Option(
+        help="Config overlays, as given to snakemake (a preset); repeat for several.")] = None,
+    base: Annotated[Path, typer.Option(
+        help="The base config the overlays merge into (its schema.yaml beside it).")] = Path(
+        "config/config.yaml"),
+) -> None:
+    """Per-GPU (and per-node host) memory of every GPU job the config plans, phase by phase,
+    against its GPUs: exits 1 with one line naming the key to change when a job cannot fit.
+    The workflow runs the same check at parse time."""
+    from repro.plan import PlanRefusal, load_config, plan_jobs, table
+
+    try:
+        config = load_config(base, configfile or [])
+        typer.echo(table(plan_jobs(config)))
+    except PlanRefusal as err:
+        typer.echo(f"repro plan: {err}", err=True)
+        raise typer.Exit(1) from None
+    except (OSError, ValueError) as err:
+        typer.echo(f"repro plan: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
 @bench_app.command("objectives")
 def bench_objectives(
     seqs: Annotated[int, typer.Option(help="Sequences per minibatch.")] = 1024,

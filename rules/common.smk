@@ -1,10 +1,12 @@
 # Helpers only: config checks, run keys, output layout, target lists, source digests. No rules here.
 import hashlib
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from repro.results.manifest import quarantine
@@ -13,7 +15,28 @@ from repro.benchmarks.pins import missing_pins, pins_for, read_lock
 from repro.training.export import frac_label  # the trainer's spelling of policy/frac=F
 
 
-validate(config, "../config/schema.yaml", set_default=True)
+def refuse(message: str) -> None:
+    """A config error: its message alone on stderr, exit 1 (no Snakemake traceback lines)."""
+    print(message, file=sys.stderr)
+    sys.exit(1)
+
+
+def at_parse_time(check, *args):
+    """Run a parse-time check; its ValueError becomes a refusal naming the key."""
+    try:
+        return check(*args)
+    except ValueError as err:
+        refuse(str(err))
+
+
+try:
+    validate(config, "../config/schema.yaml", set_default=True)
+except WorkflowError as err:  # jsonschema's report, cut to one line: the key, what it breaks
+    text = str(err)
+    where = re.search(r"^On instance(\S*):", text, re.M)
+    what = re.search(r"^ValidationError: (.*)$", text, re.M)
+    key = f" {where.group(1)}" if where else ""
+    refuse(f"config{key}: {what.group(1) if what else text.splitlines()[0]}")
 
 
 def check_names(selection: str, names, catalogue: str) -> None:
@@ -26,11 +49,14 @@ def check_names(selection: str, names, catalogue: str) -> None:
         )
 
 
-check_names("run.models", config["run"]["models"], "models")
-check_names("run.algorithms", config["run"]["algorithms"], "algorithms")
-check_names("ablations.algorithms", config["ablations"]["algorithms"], "algorithms")
-check_names("ablations.group_algorithms", config["ablations"]["group_algorithms"], "algorithms")
-check_names("report", [config["report"]["baseline"], config["report"]["proposed"]], "algorithms")
+at_parse_time(check_names, "run.models", config["run"]["models"], "models")
+at_parse_time(check_names, "run.algorithms", config["run"]["algorithms"], "algorithms")
+at_parse_time(check_names, "ablations.algorithms", config["ablations"]["algorithms"],
+              "algorithms")
+at_parse_time(check_names, "ablations.group_algorithms", config["ablations"]["group_algorithms"],
+              "algorithms")
+at_parse_time(check_names, "report", [config["report"]["baseline"],
+                                      config["report"]["proposed"]], "algorithms")
 
 
 def data_lock():
@@ -39,24 +65,32 @@ def data_lock():
     return read_lock(Path(path)) if path and Path(path).is_file() else None
 
 
-def check_pins(lock) -> None:
-    """Jobs that read LiveCodeBench need its shards pinned: say which are missing now, at parse
-    time, instead of planning evaluation and training jobs that would die on them."""
+def missing_pins_message(lock) -> str | None:
+    """Jobs that read LiveCodeBench need its shards pinned: which are missing, and the command
+    that pins them (None: nothing missing)."""
     names = sorted(set(config["eval"]["benchmarks"]) | set(config["train"].get("tasks", {})))
     missing = missing_pins([get_benchmark(name) for name in names], lock)
-    if missing:
-        lacking = "; ".join(f"{name} lacks {files}" for name, files in missing.items())
-        where = config["data_lock"] if lock else f"{config['data_lock']} (no such file)"
-        raise ValueError(
-            f"config: LiveCodeBench sha256 pins missing in data_lock {where}: {lacking}. Pin "
-            f"them once where the hub is reachable: repro data pin "
+    if not missing:
+        return None
+    lacking = "; ".join(f"{name} lacks {files}" for name, files in missing.items())
+    where = config["data_lock"] if lock else f"{config['data_lock']} (no such file)"
+    return (f"LiveCodeBench sha256 pins missing in data_lock {where}: {lacking}. Pin them once "
+            "where the hub is reachable: repro data pin "
             + " ".join(f"--benchmark {name}" for name in missing)
-            + f" --data-dir DATA_DIR --lock {config['data_lock'] or 'data.lock.yaml'}"
-        )
+            + f" --data-dir DATA_DIR --lock {config['data_lock'] or 'data.lock.yaml'}")
 
 
 LOCK = data_lock()
-check_pins(LOCK)
+MISSING_PINS = missing_pins_message(LOCK)
+if MISSING_PINS:  # a dry run plans the DAG (a fresh clone has no lock); a real run stops first
+    print(f"config: warning: {MISSING_PINS} (a dry run plans the DAG; a real run refuses before "
+          "any job)", file=sys.stderr)
+
+
+def refuse_missing_pins() -> None:
+    """onstart (real runs only, before any job): no job may start without the pins."""
+    if MISSING_PINS:
+        refuse(f"config: {MISSING_PINS}")
 
 
 def check_dataclass_blocks() -> None:
@@ -82,7 +116,8 @@ def check_dataclass_blocks() -> None:
                 raise ValueError(f"config models.{key}.sft: {err}") from None
 
 
-check_dataclass_blocks()
+at_parse_time(check_dataclass_blocks)
+
 
 
 FRACTIONS = [frac_label(f) for f in config["eval"]["fractions"]]
@@ -245,7 +280,7 @@ def sft_base(model: str) -> str | None:
 
 
 for _model in config["models"]:
-    sft_base(_model)  # a bad base fails at parse time
+    at_parse_time(sft_base, _model)  # a bad base fails at parse time
 
 
 def sft_inputs(wildcards) -> list[str]:
@@ -325,7 +360,8 @@ def eval_options() -> str:
     if LOCK is not None:
         opts.append(f"--lock {config['data_lock']}")
     for key, value in e["sampling"].items():  # the schema admits only `repro eval` options
-        opts.append(f"--{key.replace('_', '-')} {value}")
+        if value is not None:  # null: each benchmark's own (a preset undoing the default's)
+            opts.append(f"--{key.replace('_', '-')} {value}")
     return " ".join(opts)
 
 
@@ -389,6 +425,20 @@ def verified_outputs() -> list[str]:
             + aggregate_files() + [f"{THEORY_DIR}/theory.parquet", PAPER_REFERENCE])
 
 
+at_parse_time(run_keys)  # an ablation group size that does not split fails here, by its key
+
+
+def plan_gpu_jobs() -> list:
+    """The memory planner over the GPU jobs (`repro plan`): a job that cannot fit its GPUs is
+    refused now, in one line naming the key to change; the plans give evaluation walltimes."""
+    from repro.plan import plan_jobs
+
+    return plan_jobs(config)
+
+
+PLAN = at_parse_time(plan_gpu_jobs)
+
+
 # A damaged output (truncated, garbage, torn copy) is moved aside to NAME.corrupt here, with one
 # line saying why, so Snakemake sees it missing and reruns exactly the job that wrote it and the
 # jobs downstream. Unchanged files that verified before are not hashed again (stat cache).
@@ -411,4 +461,5 @@ def check_run_configs() -> None:
         run_config(SimpleNamespace(**{k: r[k] for k in ("algo", "model", "group_size", "seed")}))
 
 
-check_run_configs()
+at_parse_time(check_run_configs)
+

@@ -20,7 +20,7 @@ rule evaluate:
     threads: 1
     resources:
         mem_mb=4000,
-        runtime="1h",
+        **eval_resources(),
     conda:
         job_env
     shell:
@@ -50,7 +50,7 @@ rule evaluate_init:
     threads: 1
     resources:
         mem_mb=4000,
-        runtime="1h",
+        **eval_resources(),
     conda:
         job_env
     shell:

@@ -1,6 +1,6 @@
-# Where and how jobs run: the --sdm conda environment per engine, and the command that starts
-# training (python, `accelerate launch`, or one launcher per node under srun) from the GPUs and
-# nodes the profile gives the job. Config holds experiment settings only (train.engine).
+# Where and how jobs run: the --sdm conda environment per engine, the GPU jobs' resources (nodes,
+# per-node gres and the evaluation walltime, from config hardware: and the planner), and the
+# command that starts training (python, `accelerate launch`, or one launcher per node under srun).
 import re
 
 
@@ -25,19 +25,52 @@ ACCELERATE_CONFIG = "config/accelerate/fsdp2.yaml"
 GRES_GPUS = re.compile(r"gpu(?::[\w.]+)?:(\d+)")
 
 
+def gres(gpus: int) -> str:
+    """Per-node GPU GRES of hardware.gpu_type (SLURM --gres, one value for every node)."""
+    kind = config["hardware"]["gpu_type"]
+    return f"gpu:{kind}:{gpus}" if kind else f"gpu:{gpus}"
+
+
+def train_resources() -> dict:
+    """A train job's nodes and per-node GPUs from hardware.train (nothing for CPU jobs). On
+    several nodes the job's shell starts the launchers with srun itself (`mpi`: the SLURM
+    executor then adds no srun of its own), one task per node (`tasks`; `tasks_per_gpu: 0` keeps
+    the executor from turning them into --ntasks-per-gpu)."""
+    hw = config["hardware"]["train"]
+    if not hw["gpus_per_node"]:
+        return {}
+    res = {"nodes": hw["nodes"], "gres": gres(hw["gpus_per_node"])}
+    if hw["nodes"] > 1:
+        res |= {"mpi": "srun", "tasks": hw["nodes"], "tasks_per_gpu": 0}
+    return res
+
+
+def eval_resources() -> dict:
+    """An evaluation job's GPUs (hardware.eval, one node) and, when it has GPUs, its walltime
+    from the planner's token estimate (rules/common.smk: PLAN)."""
+    gpus = config["hardware"]["eval"]["gpus"]
+    if not gpus:
+        return {"runtime": "1h"}
+    minutes = max(p.runtime_min for p in PLAN if p.job == "evaluate")
+    return {"nodes": 1, "gres": gres(gpus), "runtime": minutes}
+
+
 def train_layout(resources) -> tuple[int, int]:
-    """(nodes, GPUs per node) of a train job, read from the resources its profile sets, so that
-    the config keeps experiment settings only: `nodes`, and `gres: gpu[:type]:N` (per node) or
-    `gpu` (the job's total, as --gpus). None set (local runs): one node, no GPU."""
+    """(nodes, GPUs per node) the train job got: `nodes` and `gres: gpu[:type]:N` per node, from
+    hardware.train (train_resources) unless a profile overrides them, which must then agree
+    with hardware.train (the planner sized that layout). None (CPU jobs): one node, no GPU."""
     nodes = int(resources.get("nodes") or 1)
-    gres = GRES_GPUS.fullmatch(str(resources.get("gres") or ""))
-    if gres:
-        return nodes, int(gres.group(1))
-    total = int(resources.get("gpu") or 0)
-    if total % nodes:
-        raise ValueError(f"profile: train jobs ask for {total} GPUs in all (`gpu`) on {nodes} "
-                         "nodes; give whole nodes (gpu = nodes x GPUs per node)")
-    return nodes, total // nodes
+    match = GRES_GPUS.fullmatch(str(resources.get("gres") or ""))
+    per_node = int(match.group(1)) if match else 0
+    if resources.get("gpu"):
+        raise ValueError(f"profile: train jobs set `gpu` ({resources.get('gpu')}); GPUs come "
+                         "from config hardware.train (per-node gres), remove it")
+    hw = config["hardware"]["train"]
+    if (nodes, per_node) != (hw["nodes"], hw["gpus_per_node"]) and per_node:
+        raise ValueError(f"profile: train jobs get {nodes} node(s) x {per_node} GPUs but config "
+                         f"hardware.train plans {hw['nodes']} x {hw['gpus_per_node']}; set "
+                         "hardware.train, not the profile")
+    return nodes, per_node
 
 
 def train_launcher(wildcards, threads, resources) -> str:
@@ -49,14 +82,14 @@ def train_launcher(wildcards, threads, resources) -> str:
     if procs <= 1:
         return "python"
     if not trl_engine():
-        raise ValueError(f"config: train.engine is native (one process on one device), but the "
-                         f"profile gives train jobs {nodes} node(s) x {per_node} GPU(s); set "
-                         "train.engine: trl, or give train one GPU")
+        raise ValueError(f"config: train.engine is native (one process on one device), but "
+                         f"hardware.train gives train jobs {nodes} node(s) x {per_node} GPU(s); "
+                         "set train.engine: trl, or give train one GPU")
     accelerate = f"--config_file {ACCELERATE_CONFIG} --num_processes {procs}"
     if nodes == 1:
         return f"accelerate launch {accelerate} --main_process_port 0"  # 0: a free port
     return (f"srun --nodes={nodes} --ntasks={nodes} --ntasks-per-node=1 --cpus-per-task={threads} "
-            f"--gpus-per-node={per_node} scripts/launch_accelerate.sh {accelerate}")
+            f"--gres={resources.get('gres')} scripts/launch_accelerate.sh {accelerate}")
 
 
 def train_threads(wildcards, threads, resources) -> int:

@@ -3,7 +3,7 @@
 
 rule train:
     """Train from the run's resolved config, with the engine it names (train.engine), on the
-    GPUs and nodes the profile gives the job (launch.smk: train_launcher). The resumable state
+    nodes and GPUs of config hardware.train (launch.smk: train_resources, train_launcher). The resumable state
     lives in results/scratch/ (not an output, so it survives Snakemake's clean-up of a failed
     job): a restarted job continues from its newest checkpoint, unless the config or the code
     digest changed."""
@@ -28,6 +28,7 @@ rule train:
     resources:
         mem_mb=4000,
         runtime="2h",
+        **train_resources(),
     conda:
         train_env
     shell:

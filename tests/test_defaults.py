@@ -18,6 +18,7 @@ from repro.bench.sandbox import SandboxBenchConfig
 from repro.cli import app
 from repro.config_fields import field_defaults
 from repro.evaluation.runner import EvalConfig
+from repro.plan.hardware import EvalLayout, Hardware, TrainLayout
 from repro.reporting.study import Study
 from repro.theory.experiment import TheoryConfig
 from repro.training.config import TrainConfig
@@ -43,12 +44,21 @@ SCHEMA_FIELDS: dict[str, tuple[type, str]] = {
     "report.smooth_window": (Study, "smooth_window"),
     "theory.steps": (TheoryConfig, "steps"),
     "theory.seed": (TheoryConfig, "seed"),
+    "hardware.gpu_type": (Hardware, "gpu_type"),
+    "hardware.gpu_memory_gb": (Hardware, "gpu_memory_gb"),
+    "hardware.host_memory_gb": (Hardware, "host_memory_gb"),
+    "hardware.prompt_tokens": (Hardware, "prompt_tokens"),
+    "hardware.train.nodes": (TrainLayout, "nodes"),
+    "hardware.train.gpus_per_node": (TrainLayout, "gpus_per_node"),
+    "hardware.eval.gpus": (EvalLayout, "gpus"),
+    "hardware.eval.tokens_per_s": (EvalLayout, "tokens_per_s"),
 }
 # Defaults that belong to the pipeline alone (no dataclass has them): selections of the grid,
 # and empty override blocks.
 PIPELINE_ONLY = {"run", "run.models", "run.seeds", "eval", "eval.benchmarks", "eval.init",
                  "ablations", "ablations.group_sizes", "ablations.seeds", "report", "theory",
-                 "models.*.sft", "algorithms.*.objective", "results", "data_lock"}
+                 "models.*.sft", "algorithms.*.objective", "results", "data_lock",
+                 "hardware", "hardware.train", "hardware.eval"}
 
 # CLI command -> the dataclass its options stand for
 CLI_CONFIGS: dict[str, type] = {

@@ -200,7 +200,7 @@ def test_a_partial_group_in_a_minibatch_is_refused(tmp_path):
 BAD = {"vllm_importance_sampling_correction": True, "use_liger_kernel": True,
        "top_entropy_quantile": 0.5, "off_policy_mask_threshold": 0.5,
        "mask_truncated_completions": True, "delta": 2.0, "entropy_coef": 0.1,
-       "use_adaptive_entropy": True, "bf16": True, "fp16": True, "gradient_checkpointing": True,
+       "use_adaptive_entropy": True, "bf16": True, "fp16": True,
        "sync_ref_model": True, "min_p": 0.1, "repetition_penalty": 1.1,
        "generation_kwargs": {"do_sample": False}}
 

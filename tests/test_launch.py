@@ -20,7 +20,6 @@ import yaml
 from packaging.requirements import Requirement
 from test_workflow import ROOT, copy_workflow, ok, snakemake
 
-PAPER = sorted(p.name for p in (ROOT / "config" / "presets").glob("paper-*.yaml"))
 SLURM_PROFILE = ROOT / "profiles" / "slurm" / "config.yaml"
 ACCELERATE = "--config_file config/accelerate/fsdp2.yaml"
 
@@ -64,31 +63,20 @@ def sbatch_flags(resources: dict[str, str]) -> str:
     return get_submit_command(job, params) + set_gres_string(job)
 
 
-def multinode_profile(tmp_path: Path) -> Path:
-    """profiles/slurm with its commented several-nodes `train:` entry instead of the shipped one."""
-    text = SLURM_PROFILE.read_text()
-    block = re.search(r"^  # train:\n((?:  #   .*\n)+)", text, re.M)
-    assert block, "profiles/slurm/config.yaml lost its commented several-nodes train entry"
-    train = yaml.safe_load("\n".join(line[6:] for line in block.group(1).splitlines()))
-    profile = yaml.safe_load(text)
-    profile["set-resources"]["train"] = train
-    site = tmp_path / "slurm_multinode"
-    site.mkdir()
-    (site / "config.yaml").write_text(yaml.safe_dump(profile))
-    return site
-
-
-@pytest.mark.parametrize("preset", PAPER)
-def test_paper_presets_run_trl_under_accelerate_fsdp2_on_the_profiles_gpus(tmp_path, preset, lock):
-    preset_args = ("--configfile", f"config/presets/{preset}", "--config", f"data_lock={lock}")
+def test_paper_32b_runs_trl_under_accelerate_fsdp2_on_one_node_of_hardware_train(tmp_path, lock):
+    preset_args = ("--configfile", "config/presets/paper-qwen3-32b.yaml",
+                   "--config", f"data_lock={lock}")
     jobs = plan(*preset_args)
-    for _, shell in jobs:
+    for resources, shell in jobs:
         assert shell.startswith(f"accelerate launch {ACCELERATE} --num_processes 8 "
                                 "--main_process_port 0 -m repro train --config "), shell
         assert "--threads 8 " in shell  # 64 CPUs of the node over its 8 processes
+        assert resources["nodes"] == "1" and resources["gres"] == "gpu:8", resources
     sbatch = sbatch_flags(jobs[0][0])
-    assert "--gpus=8" in sbatch and "--cpus-per-gpu=8" in sbatch, sbatch
-    assert "--cpus-per-task" not in sbatch and "--ntasks-per-gpu" not in sbatch, sbatch
+    for flag in ("--nodes=1", "--gres=gpu:8", "--cpus-per-gpu=8"):
+        assert flag in sbatch, (flag, sbatch)
+    assert "--gpus" not in sbatch and "--cpus-per-task" not in sbatch, sbatch
+    assert "--ntasks-per-gpu" not in sbatch, sbatch
 
     # the engine reaches the trainer through the run's resolved config
     cfg = shlex.split(jobs[0][1])[shlex.split(jobs[0][1]).index("--config") + 1]
@@ -98,23 +86,35 @@ def test_paper_presets_run_trl_under_accelerate_fsdp2_on_the_profiles_gpus(tmp_p
 
 
 @pytest.fixture(scope="module")
-def multinode_plan(tmp_path_factory, lock) -> list[tuple[dict[str, str], str]]:
-    """Train jobs of the 80B preset with the profile's several-nodes entry."""
-    site = multinode_profile(tmp_path_factory.mktemp("profile"))
+def multinode_plan(lock) -> list[tuple[dict[str, str], str]]:
+    """Train jobs of the 80B preset (hardware.train: 2 nodes x 8 GPUs) with the SLURM profile."""
     return plan("--configfile", "config/presets/paper-qwen3-next-80b.yaml",
-                "--config", f"data_lock={lock}", profile=site)
+                "--config", f"data_lock={lock}")
 
 
 def test_several_nodes_plan_one_accelerate_launch_per_node_under_srun(multinode_plan):
     resources, shell = multinode_plan[0]
     assert shell.startswith(
-        "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=64 --gpus-per-node=8 "
+        "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=64 --gres=gpu:8 "
         f"scripts/launch_accelerate.sh {ACCELERATE} --num_processes 16 -m repro train --config "
     ), shell
     sbatch = sbatch_flags(resources)
-    for flag in ("--nodes=2", "--ntasks=2", "--gpus=16", "--cpus-per-gpu=8"):
+    for flag in ("--nodes=2", "--ntasks=2", "--gres=gpu:8", "--cpus-per-gpu=8"):
         assert flag in sbatch, (flag, sbatch)
-    assert "--ntasks-per-gpu" not in sbatch, sbatch
+    assert "--ntasks-per-gpu" not in sbatch and "--gpus" not in sbatch, sbatch
+
+
+def test_evaluation_gets_its_gpus_and_the_planners_walltime(lock):
+    out = ok(snakemake("-n", "-F", "--nolock", "--cores", "64", "--workflow-profile",
+                       str(SLURM_PROFILE.parent), "--configfile",
+                       "config/presets/paper-qwen3-32b.yaml", "--config", f"data_lock={lock}"))
+    block = out.split("rule evaluate:")[1]
+    res = dict(item.split("=", 1) for item in re.search(
+        r"^\s+resources: (.*)$", block, re.M).group(1).split(", "))
+    assert res["nodes"] == "1" and res["gres"] == "gpu:4", res
+    # (30 + 30) x 32 x 38912 + 175 x 32 x 32768 tokens at 2000 tokens/s, x1.2: 43 h
+    tokens = 60 * 32 * 38912 + 175 * 32 * 32768
+    assert int(res["runtime"]) == -(-tokens * 1.2 // (2000 * 60)), res
 
 
 FAKES = {
@@ -217,10 +217,13 @@ def test_fsdp2_config_starts_one_process_per_gpu_with_full_state_dict(tmp_path):
         assert s["ACCELERATE_MIXED_PRECISION"] == "no", s
 
 
-def test_native_engine_on_several_gpus_is_refused_naming_the_key():
-    proc = snakemake("-n", "-F", "--nolock", "--workflow-profile", str(SLURM_PROFILE.parent))
+def test_native_engine_on_several_gpus_is_refused_naming_the_key(tmp_path):
+    gpus = tmp_path / "gpus.yaml"
+    gpus.write_text("hardware: {train: {gpus_per_node: 8}}\n")
+    proc = snakemake("-n", "-F", "--nolock", "--configfile", str(gpus))
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "train.engine is native" in out, out[-3000:]
+    assert proc.returncode != 0 and "config train.engine is native" in out, out[-3000:]
+    assert "Traceback" not in out and 'File "' not in out, out[-3000:]
 
 
 def test_bad_engine_fails_at_parse_time_naming_it(tmp_path):

@@ -108,14 +108,39 @@ def test_paper_preset_runs_real_models_with_vllm_and_avg_at_32(lock):
     assert f"--lock {lock}" in out
 
 
-@pytest.mark.parametrize("preset", ["paper-qwen3-32b.yaml", "paper-qwen3-next-80b.yaml"])
-def test_paper_preset_without_lcb_pins_names_them_at_parse_time(preset, tmp_path):
-    proc = snakemake("-n", "--nolock", "--configfile", f"config/presets/{preset}", "--config",
-                     f"data_lock={tmp_path / 'none.yaml'}")
+def config_lines(out: str) -> list[str]:
+    """What a run printed besides Snakemake's own banner lines about profiles and config."""
+    return [line for line in out.splitlines() if line.startswith("config")
+            and not line.startswith("Config file config/config.yaml is extended")]
+
+
+def no_traceback(out: str) -> bool:
+    return "Traceback" not in out and 'File "' not in out and " in file " not in out
+
+
+def test_paper_dry_run_without_a_lock_warns_and_the_real_run_refuses_before_any_job(tmp_path):
+    """A fresh clone has no data.lock.yaml: the dry run plans the whole DAG (the paper plan:
+    accelerate launch, nodes and per-node GPUs) after one warning line; the real run stops
+    before any job, naming the missing pins and the command that writes them."""
+    preset = ("--configfile", "config/presets/paper-qwen3-32b.yaml")
+    wd = copy_workflow(tmp_path)
+    proc = snakemake("-n", "-p", "--nolock", "--cores", "2", *preset, cwd=wd)
+    out = ok(proc)
+    warning = config_lines(out)
+    assert len(warning) == 1 and warning[0].startswith("config: warning: LiveCodeBench sha256 "
+                                                       "pins missing"), warning
+    assert "lcb-train lacks ['test.jsonl'" in warning[0] and "livecodebench lacks" in warning[0]
+    assert jobs_planned(out)["train"] >= 2 and no_traceback(out), out[-3000:]
+    assert "Shell command: accelerate launch " in out and "nodes=1, gres=gpu:8" in out
+    assert "--max-new-tokens" not in out  # each benchmark's own budget, not config.yaml's 64
+
+    proc = snakemake("--cores", "1", *preset, cwd=wd)
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "Job stats" not in out, out
-    assert "lcb-train lacks ['test.jsonl'" in out and "livecodebench lacks ['test6.jsonl']" in out
-    assert "repro data pin --benchmark lcb-train --benchmark livecodebench" in out
+    assert proc.returncode != 0 and no_traceback(out), out[-3000:]
+    refusal = [line for line in config_lines(out) if "warning" not in line]
+    assert len(refusal) == 1 and "repro data pin --benchmark lcb-train --benchmark " \
+        "livecodebench" in refusal[0], out[-3000:]
+    assert not (wd / "logs").exists() and not (wd / "results" / "runs").exists(), out[-3000:]
 
 
 def test_every_eval_sampling_key_reaches_repro_eval(tmp_path):
@@ -130,13 +155,18 @@ def test_every_eval_sampling_key_reaches_repro_eval(tmp_path):
     assert proc.returncode != 0 and "presence_penalty" in out and "Job stats" not in out, out
 
 
-def test_slurm_profile_turns_train_and_eval_into_gpu_jobs():
+def test_slurm_profile_leaves_gpus_and_nodes_to_config_hardware():
+    """GPU jobs take nodes, per-node GPUs and the evaluation walltime from config hardware: and
+    the planner; the profile keeps the site (partition, account, CPUs, memory)."""
     profile = yaml.safe_load((ROOT / "profiles/slurm/config.yaml").read_text())
     assert profile["executor"] == "slurm"
     for rule in ("train", "evaluate", "evaluate_init"):
-        assert profile["set-resources"][rule]["gpu"] >= 1
+        res = profile["set-resources"][rule]
+        assert not {"gpu", "gpus", "gres", "nodes"} & set(res), (rule, res)
+        assert res["slurm_partition"] == "'gpu'"
+        assert rule == "train" or "runtime" not in res, res
     rules = "".join(p.read_text() for p in (ROOT / "rules").glob("*.smk"))
-    assert "gpu=" not in rules and "slurm" not in rules  # sites and GPUs live in the profile
+    assert "gpu=" not in rules and "slurm" not in rules  # sites live in the profile
 
 
 def test_lint_is_clean():
@@ -145,19 +175,20 @@ def test_lint_is_clean():
 
 
 def test_bad_config_key_fails_at_parse_time_naming_it(tmp_path):
+    """One line naming the key, and no Snakemake traceback lines, for every kind of check."""
     bad = tmp_path / "bad.yaml"
-    bad.write_text("eval: {k: 0}\n")
-    proc = snakemake("-n", "--nolock", "--configfile", str(bad))
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "['eval']['k']" in out and "minimum of 1" in out, out
-    bad.write_text("run: {algorithms: [gspo, not_an_algo]}\n")
-    proc = snakemake("-n", "--nolock", "--configfile", str(bad))
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "run.algorithms names ['not_an_algo']" in out, out
-    bad.write_text("models: {tiny: {source: sft, base: nowhere}}\n")
-    proc = snakemake("-n", "--nolock", "--configfile", str(bad))
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and "models.tiny.base names 'nowhere'" in out, out
+    for overlay, message in [
+            ("eval: {k: 0}", "config ['eval']['k']: 0 is less than the minimum of 1"),
+            ("run: {algorithms: [gspo, not_an_algo]}", "run.algorithms names ['not_an_algo']"),
+            ("models: {tiny: {source: sft, base: nowhere}}", "models.tiny.base names 'nowhere'"),
+            ("ablations: {group_sizes: [3]}", "ablations.group_sizes has 3"),
+            ("train: {lr: -1.0}", "TrainConfig.lr")]:
+        bad.write_text(overlay + "\n")
+        proc = snakemake("-n", "--nolock", "--configfile", str(bad))
+        out = proc.stdout + proc.stderr
+        lines = config_lines(out)
+        assert proc.returncode != 0 and len(lines) == 1 and message in lines[0], out
+        assert no_traceback(out), out
 
 
 def check_every_parquet_schema(results: Path) -> dict[str, int]:

@@ -1,10 +1,13 @@
 """TrainConfig -> trl.GRPOConfig, set field by field, and the TRL options this engine refuses.
 
 Why explicit: GRPOConfig's defaults silently change the objective or the comparison with the
-native engine (research note gpu_trainer.md section 13.5): bf16 autocast even on CPU, gradient
-checkpointing, a linear lr decay, a shuffled prompt order, seed 42, vLLM importance-sampling
-correction, entropy masking... Every field that matters is set here from TrainConfig, and every
-TRL option that would change the objective is refused by name before any compute.
+native engine (research note gpu_trainer.md section 13.5): bf16 autocast even on CPU, a linear
+lr decay, a shuffled prompt order, seed 42, vLLM importance-sampling correction, entropy
+masking... Every field that matters is set here from TrainConfig, and every TRL option that
+would change the objective is refused by name before any compute. Gradient (activation)
+checkpointing is off by default (TRL turns it on; it doubles CPU step time) and allowed: it
+recomputes the same activations, so the objective and its gradients are unchanged, and the
+paper presets need it to fit (repro plan).
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ REFUSED: dict[str, tuple[Any, str]] = {
     "use_adaptive_entropy": (False, "adds an entropy bonus to the loss"),
     "bf16": (False, "autocasts to bf16 (even on CPU): load the model in bf16 instead"),
     "fp16": (False, "autocasts to fp16: load the model in half precision instead"),
-    "gradient_checkpointing": (False, "recomputes activations (2x slower on CPU); not asked for"),
     "sync_ref_model": (False, "moves the KL reference during training"),
     "min_p": (None, "changes the sampling distribution away from the native engine's"),
     "repetition_penalty": (1.0, "changes the sampling distribution away from the native engine's"),
@@ -76,10 +78,12 @@ def check_layout(cfg: TrainConfig, world_size: int) -> None:
     cross-process pre-pass, which this engine does not run."""
     per_update = cfg.prompts_per_step // cfg.minibatches
     if per_update % world_size:
+        fits = cfg.minibatches * world_size * -(-per_update // world_size)
         raise ValueError(
             f"TrainConfig.prompts_per_step/minibatches = {cfg.prompts_per_step}/"
             f"{cfg.minibatches} = {per_update} groups per update cannot be split into whole "
-            f"groups over num_processes={world_size}; make it a multiple of the process count")
+            f"groups over num_processes={world_size}; make it a multiple of the process count "
+            f"(e.g. prompts_per_step {fits})")
 
 
 def check_grpo_args(args: Any) -> None:
