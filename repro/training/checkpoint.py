@@ -33,16 +33,19 @@ CHECKSUMS_FILE = "checksums.json"  # written last: {relative path: {"sha256", "b
 
 def save_checkpoint(
     run_dir: Path, step: int, model, tokenizer, optimizer, state: Any,
-    identity: dict[str, Any],
+    identity: dict[str, Any], *, model_state: dict[str, Any] | None = None,
+    optimizer_state: dict[str, Any] | None = None,
 ) -> Path:
+    """A sharded model (FSDP2) passes its full `model_state` and `optimizer_state`, gathered on
+    every process beforehand; then one process writes them (`optimizer` is unused)."""
     final = run_dir / "checkpoints" / f"step_{step:06d}"
 
     def write(tmp: Path) -> None:
         (tmp / IDENTITY_FILE).write_text(json.dumps(identity, sort_keys=True, default=str))
-        model.save_pretrained(tmp / "policy")
+        model.save_pretrained(tmp / "policy", state_dict=model_state)
         tokenizer.save_pretrained(tmp / "policy")
         torch.save({
-            "optimizer": optimizer.state_dict(),
+            "optimizer": optimizer.state_dict() if optimizer_state is None else optimizer_state,
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                     "python": random.getstate()},
             "state": dataclasses.asdict(state),
@@ -106,12 +109,14 @@ def same_run(ckpt: Path, identity: dict[str, Any]) -> bool:
     return stored == json.loads(json.dumps(identity, sort_keys=True, default=str))
 
 
-def load_trainer_state(path: Path, optimizer) -> Any:
-    """Restore optimizer and RNG states; return the loop's RunState."""
+def load_trainer_state(path: Path, optimizer,
+                       restore_optimizer: Callable[[dict], None] | None = None) -> Any:
+    """Restore optimizer and RNG states; return the loop's RunState. A sharded optimizer gets
+    the full saved state through `restore_optimizer` (each process keeps its own shards)."""
     from repro.training.loop import RunState
 
     blob = torch.load(path / STATE_FILE, weights_only=False)
-    optimizer.load_state_dict(blob["optimizer"])
+    (restore_optimizer or optimizer.load_state_dict)(blob["optimizer"])
     torch.set_rng_state(blob["rng"]["torch"])
     np.random.set_state(blob["rng"]["numpy"])
     random.setstate(blob["rng"]["python"])
