@@ -98,6 +98,7 @@ class RunLog(TrainerCallback):
         self.probes, self.label, self.n_params = probes, label, n_params
         self.trainer: Any = None
         self.resume_from: Path | None = None
+        self.baselines_due = state.step == 0  # a fresh run measures them at its first rollout
         self._reset()
 
     def _reset(self) -> None:
@@ -108,8 +109,9 @@ class RunLog(TrainerCallback):
         self.t_end_rollout = 0.0
 
     def rollout(self, **record: Any) -> None:
-        if self.state.step == 0 and not self.state.log and self.state.prev_ctx is None:
+        if self.baselines_due:
             self._baselines()
+            self.baselines_due = False
         self.roll = record
         self.t_end_rollout = time.perf_counter()
 
