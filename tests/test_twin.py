@@ -15,7 +15,13 @@ import torch
 
 pytest.importorskip("trl")
 
-from repro.bench.twin import STEPS, launcher_env, preset_lr, tiny_bf16_model, twin_failures  # noqa: E402
+from repro.bench.twin import (
+    STEPS,
+    launcher_env,
+    preset_lr,
+    tiny_bf16_model,
+    twin_failures,
+)
 
 
 def passing_report() -> dict:

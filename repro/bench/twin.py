@@ -138,14 +138,14 @@ def _same_rows(got: list[dict], want: list[dict]) -> bool:
             return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-6)
         return a == b
     return len(got) == len(want) and all(
-        same(g[k], v) for g, w in zip(got, want) for k, v in w.items())
+        same(g[k], v) for g, w in zip(got, want, strict=True) for k, v in w.items())
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
     """SIGKILL torchrun and its workers (they run in their own process groups), by pid."""
     import psutil
 
-    family = psutil.Process(proc.pid).children(recursive=True) + [psutil.Process(proc.pid)]
+    family = [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]
     for member in family:
         member.send_signal(signal.SIGKILL)
     psutil.wait_procs(family, timeout=30)

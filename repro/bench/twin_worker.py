@@ -93,7 +93,8 @@ def reference(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
     gen = torch.Generator().manual_seed(100 + dist.process_index)
     batch["old_per_token_logps"] = batch["old_per_token_logps"] + OLD_LOGP_NOISE * torch.randn(
         batch["old_per_token_logps"].shape, generator=gen)
-    result: dict[str, Any] = {"losses_2proc": [], "losses_1proc": [], "tolerance": [], "rows_nonzero_advantage": [],
+    result: dict[str, Any] = {"losses_2proc": [], "losses_1proc": [], "tolerance": [],
+                              "rows_nonzero_advantage": [],
                               "whole_groups_per_update": True}
     if dist.is_main_process:
         ref_model = load(model_dir, dtype=torch.float32)[0]  # one process, unsharded, float32

@@ -11,9 +11,9 @@ reduction, float32 outputs, so the per-token log-probs of TRL's float32 LM head
 CPU shim: accelerate only turns FSDP on for GPU-like devices (`accelerate/state.py`); on CPU it
 gives MULTI_CPU over gloo and `prepare` leaves plain parameters. `enable_cpu_fsdp2` initialises
 the shared `AcceleratorState` itself, with FSDP and the plugin the launcher's environment
-describes, after the GRPOConfig exists (TrainingArguments resets accelerate's state when it sets
-up devices) and before the trainer builds its `Accelerator`; accelerate's own FSDP2 prepare path then
-runs on gloo (research note cpu_twin.md). This is the only place that touches accelerate's
+describes, after the GRPOConfig exists (TrainingArguments resets accelerate's state when it
+sets up devices) and before the trainer builds its `Accelerator`; accelerate's own FSDP2 prepare
+path then runs on gloo (research note cpu_twin.md). This is the only place that touches accelerate's
 state, and it does nothing where a GPU is present or FSDP was not asked for.
 """
 
