@@ -73,9 +73,8 @@ def tiny_bf16_model(path: Path) -> Path:
 
 
 def torchrun(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    port = str(20000 + (os.getpid() * 7 + len(args) + int(time.time())) % 20000)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(PROCESSES),
-           "--master_port", port, "-m", "repro.bench.twin_worker", *args]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",  # a free port
+           "--nproc_per_node", str(PROCESSES), "-m", "repro.bench.twin_worker", *args]
     with log.open("a") as sink:
         return subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT)
 

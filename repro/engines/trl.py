@@ -7,6 +7,11 @@ budget-fraction checkpoints (`checkpoint_due`) that `export_run` copies, and res
 newest checkpoint. The prompt stream is the native `PromptStream(seed, step)`, materialised in
 order (TRL's dataset shuffle is off), so both engines train on the same prompts.
 
+Under several processes (accelerate launch + config/accelerate/fsdp2.yaml, or the CPU twin) the
+policy trains as float32 masters sharded by FSDP2 with bf16 compute (`repro.engines.fsdp`);
+checkpoints and the final policy are gathered on every process and written by the main one,
+which alone touches files; each update's metrics and the probes cover all processes.
+
 A resumed TRL run continues the step count, the counters and the log, but is not bit-identical
 to an uninterrupted one (TRL's sampler and RNG are re-created; the native engine's SIGKILL test
 stays native-only).
