@@ -27,7 +27,8 @@ from repro.bench.twin import (
 def passing_report() -> dict:
     row = {"loss": 0.1, "asym": 0.2, "residual_full": 0.1, "logodds": 1.0, "kl_template": 1e-6}
     run = {"steps": list(range(1, STEPS + 1)), "rows": [dict(row)] * STEPS, "tensors": 24,
-           "tensors_changed": 24, "elements_changed_frac": 0.98}
+           "tensors_changed": 24, "elements_changed_frac": 0.98,
+           "optimizer_files": [".metadata", "__0_0.distcp", "__1_0.distcp"]}
     return {
         "reference": {"processes": 2, "backend": "gloo", "dtensor_params": True,
                       "master_dtypes": ["torch.float32"], "compute_dtype": "torch.bfloat16",
@@ -49,6 +50,7 @@ def passing_report() -> dict:
     ("dfpo", "tensors_changed", 2),  # bf16 masters: lr 1e-6 updates round away (defect 2)
     ("dfpo", "elements_changed_frac", 0.17),  # ... but near-0 weights, fp32 head (main, 1 proc)
     ("dfpo", "steps", [1, 2, 2, 3]),  # duplicate rows after resume
+    ("gspo", "optimizer_files", []),  # optimizer state not saved per process (defect 4)
     ("gspo", "rows", [{"loss": 0.1, "asym": 0.2, "residual_full": 0.1, "logodds": math.nan,
                        "kl_template": math.nan}] * STEPS),  # probes off under 2 processes
 ])

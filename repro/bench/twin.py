@@ -182,7 +182,9 @@ def run_summary(run: Path, start: Path) -> dict[str, Any]:
             "tensors": len(before), "tensors_changed": len(changed),
             "elements_changed_frac": frac,
             "export": sorted(p.name for p in (run / "export").iterdir()),
-            "checkpoints": sorted(p.name for p in (run / "checkpoints").glob("step_*"))}
+            "checkpoints": sorted(p.name for p in (run / "checkpoints").glob("step_*")),
+            "optimizer_files": sorted(  # torch.distributed.checkpoint: one file per process
+                p.name for p in max((run / "checkpoints").glob("step_*")).glob("optimizer/*"))}
 
 
 def run_twin(out: Path) -> dict[str, Any]:
@@ -237,6 +239,8 @@ def twin_failures(report: dict[str, Any]) -> list[str]:
             bad.append(f"{algo}: log steps {run['steps']}, want 1..{STEPS} once each")
         if not run["tensors_changed"] > run["tensors"] / 2:
             bad.append(f"{algo}: only {run['tensors_changed']}/{run['tensors']} tensors changed")
+        if sum(name.endswith(".distcp") for name in run["optimizer_files"]) != PROCESSES:
+            bad.append(f"{algo}: optimizer shards {run['optimizer_files']}, want one per process")
         if not run["elements_changed_frac"] > 0.5:
             bad.append(f"{algo}: only {run['elements_changed_frac']:.1%} of the weights changed")
         for key in ("asym", "residual_full", "logodds", "kl_template", "loss"):

@@ -19,6 +19,7 @@ stays native-only).
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,7 @@ class RunLog(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if self.resume_from is not None:  # the optimizer exists only now (sharded, on each rank)
             load_trainer_state(self.resume_from, self.trainer.optimizer,
-                               restore_optimizer=lambda blob: restore_optimizer(self.trainer, blob))
+                               restore_optimizer=lambda folder: restore_optimizer(self.trainer, folder))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         """Called after each optimizer step (logging_steps=1) with its grad norm, on every
@@ -172,36 +173,52 @@ class RunLog(TrainerCallback):
         st.step = step
         self._reset()
         if checkpoint_due(cfg, st):
-            model_state, optim_state = gathered_states(trainer)  # collective: every process
+            save_sharded_checkpoint(trainer, self.out, step, st, self.identity)
             if acc.is_main_process:
-                save_checkpoint(self.out, step, model, trainer.processing_class, None, st,
-                                self.identity, model_state=model_state,
-                                optimizer_state=optim_state)
                 write_log(self.out, st.log, cfg)
             acc.wait_for_everyone()
         if cfg.token_budget is not None and st.gen_cum >= cfg.token_budget:
             control.should_training_stop = True
 
 
-def gathered_states(trainer) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Full model and optimizer state dicts of a (possibly sharded) trainer. Collective: every
-    process calls it; under FSDP2 the main process receives the whole tensors (on CPU) and the
-    others empty dicts (defect 4: `state_dict()` on one rank sees only its shards)."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+def save_sharded_checkpoint(trainer, out: Path, step: int, state: RunState,
+                            identity: dict[str, Any]) -> None:
+    """Checkpoint of a (possibly FSDP2-sharded) trainer; every process calls it (defect 4: on
+    one rank, `save_pretrained` and `optimizer.state_dict()` see only that rank's shards). The
+    model's full state dict is gathered (`accelerator.get_state_dict`) and written once; each
+    process writes its optimizer shards with torch.distributed.checkpoint into a staging folder
+    that the main process then moves into the checkpoint."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     acc = trainer.accelerator
+    staging = out / "checkpoints" / f".optimizer_{step:06d}"
+    if acc.is_main_process and staging.exists():
+        shutil.rmtree(staging)  # a killed run's leftovers
+    acc.wait_for_everyone()
     model_state = acc.get_state_dict(trainer.model)
-    options = StateDictOptions(full_state_dict=True, cpu_offload=acc.num_processes > 1)
-    optim = get_optimizer_state_dict(trainer.model, _inner(trainer.optimizer), options=options)
-    return model_state, optim
+    dcp.save(get_optimizer_state_dict(trainer.model, _inner(trainer.optimizer)),
+             checkpoint_id=staging)
+    acc.wait_for_everyone()
+    if acc.is_main_process:
+        save_checkpoint(out, step, acc.unwrap_model(trainer.model), trainer.processing_class,
+                        None, state, identity, model_state=model_state, optimizer_dir=staging)
+    acc.wait_for_everyone()
 
 
-def restore_optimizer(trainer, full: dict[str, Any]) -> None:
-    """Load a full optimizer state dict (`gathered_states`) into each process's own shards."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+def restore_optimizer(trainer, folder: Path) -> None:
+    """Load the optimizer shards `save_sharded_checkpoint` wrote into this process's optimizer
+    (torch.distributed.checkpoint reshards when the process count changed)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
 
-    set_optimizer_state_dict(trainer.model, _inner(trainer.optimizer), full,
-                             options=StateDictOptions(full_state_dict=True))
+    model, optimizer = trainer.model, _inner(trainer.optimizer)
+    state = get_optimizer_state_dict(model, optimizer)  # this process's layout, as a template
+    dcp.load(state, checkpoint_id=folder)
+    set_optimizer_state_dict(model, optimizer, state)
 
 
 def _inner(optimizer):
