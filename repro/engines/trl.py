@@ -139,8 +139,8 @@ class RunLog(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self.resume_from is not None:  # the optimizer exists only now (sharded, on each rank)
-            load_trainer_state(self.resume_from, self.trainer.optimizer,
-                               restore_optimizer=lambda folder: restore_optimizer(self.trainer, folder))
+            load_trainer_state(self.resume_from, self.trainer.optimizer, restore_optimizer=(
+                lambda folder: restore_optimizer(self.trainer, folder)))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         """Called after each optimizer step (logging_steps=1) with its grad norm, on every
