@@ -15,6 +15,7 @@ DIR/twin.json holds what was measured; the checks are `twin_failures` (also run 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -146,7 +147,8 @@ def _kill_tree(proc: subprocess.Popen) -> None:
 
     family = [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]
     for member in family:
-        member.send_signal(signal.SIGKILL)
+        with contextlib.suppress(psutil.NoSuchProcess):  # gone since the listing
+            member.send_signal(signal.SIGKILL)
     psutil.wait_procs(family, timeout=30)
     proc.wait()
 
