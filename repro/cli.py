@@ -107,10 +107,15 @@ def train(
         raise typer.Exit(2) from None
     _set_threads(threads)
     run_train(cfg, out, label=label, resume=resume, fingerprint=fingerprint)
-    if export is not None:
+    if export is not None:  # once, by the main process of a multi-process (accelerate) run
+        from accelerate import PartialState
+
         from repro.training.export import export_run
 
-        export_run(out, export)
+        dist = PartialState()
+        if dist.is_main_process:
+            export_run(out, export)
+        dist.wait_for_everyone()
 
 
 @app.command("eval")
@@ -280,6 +285,24 @@ def bench_gpu(
 
     report = run_gpu_bench(GPUBenchConfig(out=out, tiny=tiny, steps=steps, budget_s=budget_s))
     typer.echo(f"repro bench gpu: {out} ({report['device']}, {report['total_seconds']:.0f} s)")
+
+
+@bench_app.command("twin")
+def bench_twin(
+    out: Annotated[Path, typer.Option(help="Folder: twin.json, runs/<algo>/, logs.")],
+) -> None:
+    """CPU twin of the paper-scale stack: 2 processes (torchrun, gloo), the TRL engine through
+    accelerate's FSDP2, the paper preset's lr and precision, checkpoint, kill, resume, export.
+    Exits 1 when an acceptance check fails (listed in twin.json's `failures`)."""
+    from repro.bench.twin import run_twin
+
+    report = run_twin(out)
+    for line in report["failures"]:
+        typer.echo(f"repro bench twin: FAILED {line}", err=True)
+    typer.echo(f"repro bench twin: {out / 'twin.json'} ({report['seconds']:.0f} s, "
+               f"{len(report['failures'])} failures)")
+    if report["failures"]:
+        raise typer.Exit(1)
 
 
 @bench_app.command("coherence")

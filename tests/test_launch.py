@@ -199,7 +199,7 @@ def test_launcher_refuses_to_run_outside_one_task_per_node(tmp_path):
 
 def test_fsdp2_config_starts_one_process_per_gpu_with_full_state_dict(tmp_path):
     """The single-node launch line on CPU: the config file parses and every process sees FSDP2,
-    full state dicts, and no launcher-imposed mixed precision."""
+    full state dicts, and bf16 mixed precision (float32 masters, bf16 compute: issue 17)."""
     (tmp_path / "show_env.py").write_text(
         "import json, os\nprint(json.dumps({k: os.environ.get(k) for k in ('RANK', 'WORLD_SIZE',"
         " 'ACCELERATE_USE_FSDP', 'FSDP_VERSION', 'FSDP_STATE_DICT_TYPE',"
@@ -214,7 +214,7 @@ def test_fsdp2_config_starts_one_process_per_gpu_with_full_state_dict(tmp_path):
     for s in seen:
         assert s["WORLD_SIZE"] == "2" and s["ACCELERATE_USE_FSDP"] == "true", s
         assert s["FSDP_VERSION"] == "2" and s["FSDP_STATE_DICT_TYPE"] == "FULL_STATE_DICT", s
-        assert s["ACCELERATE_MIXED_PRECISION"] == "no", s
+        assert s["ACCELERATE_MIXED_PRECISION"] == "bf16", s
 
 
 def test_native_engine_on_several_gpus_is_refused_naming_the_key(tmp_path):

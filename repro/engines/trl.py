@@ -7,6 +7,11 @@ budget-fraction checkpoints (`checkpoint_due`) that `export_run` copies, and res
 newest checkpoint. The prompt stream is the native `PromptStream(seed, step)`, materialised in
 order (TRL's dataset shuffle is off), so both engines train on the same prompts.
 
+Under several processes (accelerate launch + config/accelerate/fsdp2.yaml, or the CPU twin) the
+policy trains as float32 masters sharded by FSDP2 with bf16 compute (`repro.engines.fsdp`);
+checkpoints and the final policy are gathered on every process and written by the main one,
+which alone touches files; each update's metrics and the probes cover all processes.
+
 A resumed TRL run continues the step count, the counters and the log, but is not bit-identical
 to an uninterrupted one (TRL's sampler and RNG are re-created; the native engine's SIGKILL test
 stays native-only).
@@ -14,15 +19,19 @@ stays native-only).
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 from transformers import PrinterCallback, TrainerCallback
 
+from repro.engines.fsdp import enable_cpu_fsdp2, mixed_precision, recipe_policy
 from repro.engines.trl_args import build_grpo_config, check_layout
 from repro.models import load
+from repro.models.loader import MASTER_DTYPE
 from repro.training.checkpoint import load_trainer_state, save_checkpoint
 from repro.training.config import TrainConfig
 from repro.training.loop import (
@@ -95,6 +104,7 @@ class RunLog(TrainerCallback):
         self.probes, self.label, self.n_params = probes, label, n_params
         self.trainer: Any = None
         self.resume_from: Path | None = None
+        self.baselines_due = state.step == 0  # a fresh run measures them at its first rollout
         self._reset()
 
     def _reset(self) -> None:
@@ -105,8 +115,22 @@ class RunLog(TrainerCallback):
         self.t_end_rollout = 0.0
 
     def rollout(self, **record: Any) -> None:
+        if self.baselines_due:
+            self._baselines()
+            self.baselines_due = False
         self.roll = record
         self.t_end_rollout = time.perf_counter()
+
+    def _baselines(self) -> None:
+        """A fresh run's probe baselines, measured on the policy as it trains (prepared: sharded,
+        mixed precision), on every process, before the first update. Not earlier: FSDP2 needs
+        a first forward of the root module (the rollout's) before `response_logprobs` calls
+        the backbone alone."""
+        model = self.trainer.model
+        model.eval()
+        start = initial_state(self.probes, model)
+        model.train()
+        self.state.logodds0, self.state.prev_ctx = start.logodds0, start.prev_ctx
 
     def update(self, metrics: dict[str, float], entropy_sum: float, entropy_n: int) -> None:
         self.micro.append(metrics)
@@ -114,14 +138,17 @@ class RunLog(TrainerCallback):
         self.entropy[1] += entropy_n
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if self.resume_from is not None:  # the optimizer exists only now
-            load_trainer_state(self.resume_from, self.trainer.optimizer)
+        if self.resume_from is not None:  # the optimizer exists only now (sharded, on each rank)
+            load_trainer_state(self.resume_from, self.trainer.optimizer, restore_optimizer=(
+                lambda folder: restore_optimizer(self.trainer, folder)))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        """Called after each optimizer step (logging_steps=1) with its grad norm."""
+        """Called after each optimizer step (logging_steps=1) with its grad norm, on every
+        process: the update's metrics merge the micro-steps of all processes (defect 6)."""
         if not logs or "grad_norm" not in logs or not self.micro:
             return control
-        self.updates.append(merge_micro_steps(self.micro) | {"grad_norm": float(logs["grad_norm"])})
+        micro = [m for part in gather_object([self.micro]) for m in part]
+        self.updates.append(merge_micro_steps(micro) | {"grad_norm": float(logs["grad_norm"])})
         self.micro = []
         if len(self.updates) == self.cfg.minibatches:
             self._finish_step(control)
@@ -129,62 +156,117 @@ class RunLog(TrainerCallback):
 
     def _finish_step(self, control) -> None:
         cfg, st, trainer = self.cfg, self.state, self.trainer
+        acc = trainer.accelerator
         step = st.step + 1
-        model = trainer.accelerator.unwrap_model(trainer.model)
+        model = acc.unwrap_model(trainer.model)  # FSDP2: the sharded module itself
         roll = self.roll
-        entropy = self.entropy[0] / max(self.entropy[1], 1)
+        ent_sum, ent_n = map(sum, zip(*gather_object([tuple(self.entropy)]), strict=True))
+        entropy = ent_sum / max(ent_n, 1)
         row = step_row(cfg, st, self.n_params, cfg.kl_coef > 0, roll["lengths"], roll["reward"],
                        roll["truncated"], entropy, roll["zero_adv_frac"], self.updates,
                        roll["seconds"], time.perf_counter() - self.t_end_rollout,
                        roll["grader_errors"])
-        row |= probe_row(self.probes, model, st)
+        row |= probe_row(self.probes, model, st)  # every process: FSDP2 gathers the weights
         row |= {"algorithm": self.label, "objective": cfg.algorithm, "seed": cfg.seed,
                 "step": step}
         st.log.append(row)
         st.step = step
         self._reset()
-        if checkpoint_due(cfg, st) and trainer.accelerator.is_main_process:
-            save_checkpoint(self.out, step, model, trainer.processing_class, trainer.optimizer,
-                            st, self.identity)
-            write_log(self.out, st.log, cfg)
+        if checkpoint_due(cfg, st):
+            save_sharded_checkpoint(trainer, self.out, step, st, self.identity)
+            if acc.is_main_process:
+                write_log(self.out, st.log, cfg)
+            acc.wait_for_everyone()
         if cfg.token_budget is not None and st.gen_cum >= cfg.token_budget:
             control.should_training_stop = True
 
 
+def save_sharded_checkpoint(trainer, out: Path, step: int, state: RunState,
+                            identity: dict[str, Any]) -> None:
+    """Checkpoint of a (possibly FSDP2-sharded) trainer; every process calls it (defect 4: on
+    one rank, `save_pretrained` and `optimizer.state_dict()` see only that rank's shards). The
+    model's full state dict is gathered (`accelerator.get_state_dict`) and written once; each
+    process writes its optimizer shards with torch.distributed.checkpoint into a staging folder
+    that the main process then moves into the checkpoint."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    acc = trainer.accelerator
+    staging = out / "checkpoints" / f".optimizer_{step:06d}"
+    if acc.is_main_process and staging.exists():
+        shutil.rmtree(staging)  # a killed run's leftovers
+    acc.wait_for_everyone()
+    model_state = acc.get_state_dict(trainer.model)
+    dcp.save(get_optimizer_state_dict(trainer.model, _inner(trainer.optimizer)),
+             checkpoint_id=staging)
+    acc.wait_for_everyone()
+    if acc.is_main_process:
+        save_checkpoint(out, step, acc.unwrap_model(trainer.model), trainer.processing_class,
+                        None, state, identity, model_state=model_state, optimizer_dir=staging)
+    acc.wait_for_everyone()
+
+
+def restore_optimizer(trainer, folder: Path) -> None:
+    """Load the optimizer shards `save_sharded_checkpoint` wrote into this process's optimizer
+    (torch.distributed.checkpoint reshards when the process count changed)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    model, optimizer = trainer.model, _inner(trainer.optimizer)
+    state = get_optimizer_state_dict(model, optimizer)  # this process's layout, as a template
+    dcp.load(state, checkpoint_id=folder)
+    set_optimizer_state_dict(model, optimizer, state)
+
+
+def _inner(optimizer):
+    return getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer
+
+
 def train_trl(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: bool = False,
               fingerprint: str = "") -> Path:
-    """Train with TRL into `out` (same outputs as `repro.training.loop.train`)."""
+    """Train with TRL into `out` (same outputs as `repro.training.loop.train`). Under several
+    processes every file operation is the main process's, then all wait (defect 5)."""
     from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
 
     from repro.engines.trl_trainer import ReproGRPOTrainer
 
     out = Path(out)
-    world = PartialState().num_processes
+    dist = PartialState()
+    world = dist.num_processes
     check_layout(cfg, world)
-    label, identity, ckpt = open_run(cfg, out, label, resume, fingerprint)
+    opened = [open_run(cfg, out, label, resume, fingerprint) if dist.is_main_process else None]
+    label, identity, ckpt = broadcast_object_list(opened)[0]
     torch.manual_seed(cfg.seed)
-    model, tok = load(ckpt / "policy" if ckpt else cfg.model)
+    # float32 masters whatever the checkpoint's dtype; bf16 compute is FSDP2's (defect 2)
+    model, tok = load(ckpt / "policy" if ckpt else cfg.model, dtype=MASTER_DTYPE)
     stream = PromptStream(cfg.tasks, cfg.seed, cfg.prompts_per_step,
                           data_dir=Path(cfg.data_dir) if cfg.data_dir else None,
                           sha256_pins=cfg.sha256_pins or None)
     synthetic = [n for n in stream.names if stream.specs[n].source == "synthetic"]
-    probes = ProbeSet(tok, synthetic, cfg.probe_n) if synthetic and world == 1 else None
-    if ckpt is not None:  # counters and log now; optimizer and RNG once TRL has built them
-        state = RunState(**torch.load(ckpt / "trainer_state.pt", weights_only=False)["state"])
-    else:
-        model.eval()
-        state = initial_state(probes, model)
+    probes = ProbeSet(tok, synthetic, cfg.probe_n) if synthetic else None
+    # counters and log now; optimizer, RNG and a fresh run's probe baselines once TRL has
+    # built the optimizer and prepared (sharded) the model
+    state = (RunState(**torch.load(ckpt / "trainer_state.pt", weights_only=False)["state"])
+             if ckpt is not None else RunState())
     done = state.step
     if done >= cfg.steps or (cfg.token_budget is not None and state.gen_cum >= cfg.token_budget):
-        return finish_run(out, model, tok, state, identity, cfg)
+        if dist.is_main_process:
+            finish_run(out, model, tok, state, identity, cfg)
+        dist.wait_for_everyone()
+        return out / "final"
     n_params = sum(p.numel() for p in model.parameters())
     log = RunLog(cfg, out, state, identity, probes, label, n_params)
     log.resume_from = ckpt
     dataset, problems = prompt_dataset(stream, tok, done + 1, cfg.steps)
     rewarder = Rewarder({stream.specs[n].kind for n in stream.names})
-    half = model.dtype in (torch.bfloat16, torch.float16)
     args = build_grpo_config(cfg, out=out, world_size=world, steps=cfg.steps - done,
-                             half_precision=half, use_cpu=not torch.cuda.is_available())
+                             half_precision=mixed_precision() != "no",
+                             use_cpu=not torch.cuda.is_available())
+    enable_cpu_fsdp2()  # after GRPOConfig: TrainingArguments resets accelerate's state
     model.train()
     # TRL builds the KL reference (kl_coef > 0) from the policy's name_or_path: the initial
     # model, also when the policy was resumed from a checkpoint (as the native engine does).
@@ -194,15 +276,17 @@ def train_trl(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: 
                                train_dataset=dataset, callbacks=[log], repro=cfg,
                                rollout_step0=done, sink=log)
     trainer.remove_callback(PrinterCallback)  # the TRAIN_LOG Parquet is the log
+    recipe_policy(trainer.accelerator)
     log.trainer = trainer
-    if ckpt is not None:
+    if ckpt is not None and dist.is_main_process:
         print(f"repro train: resuming from {ckpt} (step {done})")
     try:
         trainer.train()
     finally:
         rewarder.close()
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    if not trainer.accelerator.is_main_process:
-        return out / "final"
-    return finish_run(out, model, tok, state, identity, cfg)
-
+    model_state = trainer.accelerator.get_state_dict(trainer.model)  # collective
+    if dist.is_main_process:
+        finish_run(out, trainer.accelerator.unwrap_model(trainer.model), tok, state, identity,
+                   cfg, state_dict=model_state)
+    dist.wait_for_everyone()
+    return out / "final"

@@ -108,7 +108,8 @@ def build_grpo_config(cfg: TrainConfig, *, out: Path, world_size: int, steps: in
     """GRPOConfig for `steps` rollout steps: K optimizer minibatches of P*G/K rows per rollout,
     each spread over the processes in whole groups and, with `trl_args.
     gradient_accumulation_steps` = A > 1, cut into A micro-steps per process (DFPO then runs
-    its pre-pass)."""
+    its pre-pass). `half_precision`: the launcher computes in bf16/fp16 (float32 masters), so
+    TRL's LM head and log-softmax run in float32 (`cast_lm_head_to_fp32`)."""
     from trl import GRPOConfig
 
     check_layout(cfg, world_size)

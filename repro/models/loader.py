@@ -30,6 +30,11 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 _TRUE = {"1", "ON", "YES", "TRUE"}
 
+# Trained weights (and so AdamW's state) are float32 whatever the checkpoint stores: in bf16,
+# lr 1e-6 updates of weights near 0.02 round to zero (bf16 spacing there is ~1.2e-4). Low-
+# precision compute is the trainer's business (FSDP2's MixedPrecisionPolicy, issue 17).
+MASTER_DTYPE = torch.float32
+
 
 def _offline() -> bool:
     """Read offline mode at call time.
@@ -74,7 +79,8 @@ def load(
     """Load ``(model, tokenizer)`` from a local directory or a Hub id, model in eval mode.
 
     ``dtype="auto"`` keeps the dtype recorded in the checkpoint (float32 for
-    tiny models). The tokenizer is returned exactly as saved, including its
+    tiny models, bf16 for Qwen3): right for inference, wrong for training weights, which
+    load as ``MASTER_DTYPE``. The tokenizer is returned exactly as saved, including its
     ``padding_side``; code that batches prompts for generation must set
     left padding itself.
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,20 +30,27 @@ from repro.results.manifest import sha256_of
 STATE_FILE = "trainer_state.pt"
 IDENTITY_FILE = "run.json"  # what produced the checkpoint: resolved config + caller's fingerprint
 CHECKSUMS_FILE = "checksums.json"  # written last: {relative path: {"sha256", "bytes"}}
+OPTIMIZER_DIR = "optimizer"  # a sharded optimizer's state (torch.distributed.checkpoint files)
 
 
 def save_checkpoint(
     run_dir: Path, step: int, model, tokenizer, optimizer, state: Any,
-    identity: dict[str, Any],
+    identity: dict[str, Any], *, model_state: dict[str, Any] | None = None,
+    optimizer_dir: Path | None = None,
 ) -> Path:
+    """A sharded model (FSDP2) passes its full `model_state`, gathered on every process, and
+    `optimizer_dir`, where every process saved its optimizer shards (torch.distributed.
+    checkpoint); one process then writes the checkpoint, moving that folder into it."""
     final = run_dir / "checkpoints" / f"step_{step:06d}"
 
     def write(tmp: Path) -> None:
         (tmp / IDENTITY_FILE).write_text(json.dumps(identity, sort_keys=True, default=str))
-        model.save_pretrained(tmp / "policy")
+        model.save_pretrained(tmp / "policy", state_dict=model_state)
         tokenizer.save_pretrained(tmp / "policy")
+        if optimizer_dir is not None:
+            shutil.move(optimizer_dir, tmp / OPTIMIZER_DIR)
         torch.save({
-            "optimizer": optimizer.state_dict(),
+            "optimizer": optimizer.state_dict() if optimizer_dir is None else None,
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                     "python": random.getstate()},
             "state": dataclasses.asdict(state),
@@ -106,12 +114,17 @@ def same_run(ckpt: Path, identity: dict[str, Any]) -> bool:
     return stored == json.loads(json.dumps(identity, sort_keys=True, default=str))
 
 
-def load_trainer_state(path: Path, optimizer) -> Any:
-    """Restore optimizer and RNG states; return the loop's RunState."""
+def load_trainer_state(path: Path, optimizer,
+                       restore_optimizer: Callable[[Path], None] | None = None) -> Any:
+    """Restore optimizer and RNG states; return the loop's RunState. A sharded optimizer is
+    restored by `restore_optimizer(path / OPTIMIZER_DIR)` (each process reads its shards)."""
     from repro.training.loop import RunState
 
     blob = torch.load(path / STATE_FILE, weights_only=False)
-    optimizer.load_state_dict(blob["optimizer"])
+    if restore_optimizer is None:
+        optimizer.load_state_dict(blob["optimizer"])
+    else:
+        restore_optimizer(path / OPTIMIZER_DIR)
     torch.set_rng_state(blob["rng"]["torch"])
     np.random.set_state(blob["rng"]["numpy"])
     random.setstate(blob["rng"]["python"])

@@ -1,0 +1,161 @@
+"""The processes of `repro bench twin`, started by torchrun (see repro/bench/twin.py).
+
+`reference`: one rollout of the TRL engine's trainer, sharded by accelerate's FSDP2 prepare path
+(`repro.engines.fsdp`), then each of the K updates' losses as the engine computes them (split
+into micro-steps, DFPO's pre-pass, global normalisers), summed over the processes; the main
+process recomputes every update's loss in one process, unsharded and in float32, on the gathered
+batch (`policy_loss`), and writes both with what the sharding looked like.
+
+`train`: `repro train` itself (the CLI, with its export), rewards replaced by a hash of the
+completion: a random-init model never solves a task, so graded rewards would all be 0, every
+advantage 0 and nothing would train.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.functional import pad
+
+OLD_LOGP_NOISE = 0.05  # behaviour log-probs moved off-policy, so ratios and DFPO's w~ act
+
+
+def hashed(items) -> list[float]:
+    return [float(hashlib.sha256(text.encode()).digest()[0] % 2) for text in items]
+
+
+def _hashed_rewarder(self, items):  # Rewarder.__call__ replacement: (problem, completion) pairs
+    self.last_failures = 0
+    return hashed([text for _, text in items])
+
+
+def _hashed_reward(prompts, completions, **_: Any) -> list[float]:  # TRL reward function
+    return hashed(completions)
+
+
+def _padded(parts: list[dict], key: str, left: bool) -> torch.Tensor:
+    width = max(p[key].size(1) for p in parts)
+    return torch.cat([pad(p[key], (width - p[key].size(1), 0) if left
+                          else (0, width - p[key].size(1))) for p in parts])
+
+
+def reference(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
+    from accelerate import PartialState
+    from accelerate.utils import gather_object
+    from datasets import Dataset
+    from torch.distributed.tensor import DTensor
+
+    from repro.engines.fsdp import enable_cpu_fsdp2, mixed_precision, recipe_policy
+    from repro.engines.trl_args import build_grpo_config
+    from repro.engines.trl_trainer import ReproGRPOTrainer, split_whole_groups
+    from repro.models import load
+    from repro.models.loader import MASTER_DTYPE
+    from repro.objectives import Minibatch, policy_loss
+    from repro.training.config import TrainConfig
+    from repro.training.logprobs import response_logprobs
+
+    dist = PartialState()
+    cfg = TrainConfig(**config)
+    model, tok = load(model_dir, dtype=MASTER_DTYPE)
+    prompts = [tok.apply_chat_template([{"role": "user", "content": f"What is {i} + {i}?"}],
+                                       tokenize=False, add_generation_prompt=True)
+               for i in range(cfg.prompts_per_step)]
+    args = build_grpo_config(cfg, out=out.parent, world_size=dist.num_processes, steps=1,
+                             half_precision=mixed_precision() != "no", use_cpu=True)
+    shim = enable_cpu_fsdp2()  # after GRPOConfig: TrainingArguments resets accelerate's state
+    trainer = ReproGRPOTrainer(model=model, processing_class=tok, args=args,
+                               reward_funcs=[_hashed_reward], repro=cfg,
+                               train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]))
+    recipe_policy(trainer.accelerator)
+    optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=cfg.lr)  # FSDP2 wants one
+    trainer.model, _ = trainer.accelerator.prepare(trainer.model, optimizer)
+    trainer.model_wrapped = trainer.model
+    policy = trainer.model
+    # the sharded state at rest (after a forward, FSDP2 leaves the last group unsharded: bf16)
+    params = list(policy.parameters())
+    sharding = {"dtensor_params": all(isinstance(p, DTensor) for p in params),
+                "master_dtypes": sorted({str(p.dtype) for p in params})}
+    seen: dict[str, str] = {}
+    layer = policy.model.layers[0].mlp.down_proj  # its weight's dtype inside forward = compute
+    hook = layer.register_forward_pre_hook(lambda m, a: seen.update(compute=str(m.weight.dtype)))
+    policy.train()
+    trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps
+    n_local = cfg.prompts_per_step // dist.num_processes
+    mine = prompts[dist.process_index * n_local:(dist.process_index + 1) * n_local]
+    torch.manual_seed(1 + dist.process_index)  # different samples on each process
+    batch = trainer._generate_and_score_completions(
+        [{"prompt": p} for p in mine for _ in range(cfg.group_size)])
+    gen = torch.Generator().manual_seed(100 + dist.process_index)
+    batch["old_per_token_logps"] = batch["old_per_token_logps"] + OLD_LOGP_NOISE * torch.randn(
+        batch["old_per_token_logps"].shape, generator=gen)
+    result: dict[str, Any] = {"losses_2proc": [], "losses_1proc": [], "tolerance": [],
+                              "rows_nonzero_advantage": [],
+                              "whole_groups_per_update": True}
+    if dist.is_main_process:
+        ref_model = load(model_dir, dtype=torch.float32)[0]  # one process, unsharded, float32
+    accum = args.gradient_accumulation_steps
+    for minibatch in split_whole_groups(batch, cfg.minibatches, cfg.seed, 1):
+        total = sum(float(trainer._compute_loss(policy, micro).detach())
+                    for micro in trainer._micro_steps(minibatch, accum))
+        total = float(trainer.accelerator.reduce(torch.tensor([total]), "sum")[0])
+        total /= dist.num_processes  # each process's loss carries world x its share
+        parts = gather_object([{k: v for k, v in minibatch.items()
+                                if isinstance(v, torch.Tensor) and v.dim()}])
+        if not dist.is_main_process:
+            continue
+        ids = torch.cat([_padded(parts, "prompt_ids", True),
+                         _padded(parts, "completion_ids", False)], 1)
+        p_mask, c_mask = _padded(parts, "prompt_mask", True), _padded(parts, "completion_mask",
+                                                                       False)
+        attn = torch.cat([p_mask, c_mask], 1)
+        resp = torch.cat([torch.zeros_like(p_mask), c_mask], 1).bool()
+        logp = response_logprobs(ref_model, ids, attn, resp, temperature=cfg.temperature,
+                                 with_entropy=False)[0][:, p_mask.size(1):].requires_grad_()
+        group = torch.cat([p["group"] for p in parts])
+        counts = torch.unique(group, return_counts=True)[1]
+        result["whole_groups_per_update"] &= bool((counts == cfg.group_size).all())
+        adv = torch.cat([p["advantages"] for p in parts])
+        ref, _ = policy_loss(trainer.loss_cfg, Minibatch(
+            logp, _padded(parts, "old_per_token_logps", False), c_mask.bool(), adv, group))
+        coef = torch.autograd.grad(ref, logp)[0]  # dL/dlogp per token
+        # First order: each log-prob computed with bf16 weights and activations is off by about
+        # one bf16 unit roundoff u = eps/2 relative to (1 + |logp|); the loss moves by dL/dlogp
+        # times that. (Measured errors are ~100x below it; a lost process's share is ~50x above.)
+        unit = torch.finfo(torch.bfloat16).eps / 2
+        tol = unit * float((coef.abs() * (1 + logp.detach().abs())).sum())
+        result["losses_2proc"].append(total)
+        result["losses_1proc"].append(float(ref))
+        result["tolerance"].append(tol)
+        result["rows_nonzero_advantage"].append(int(adv.ne(0).sum()))
+    hook.remove()
+    if dist.is_main_process:
+        result |= sharding | {
+            "processes": dist.num_processes, "backend": str(dist.backend), "cpu_shim": shim,
+            "distributed_type": str(trainer.accelerator.distributed_type),
+            "compute_dtype": seen.get("compute"),
+            "mixed_precision_policy": repr(trainer.accelerator.state.fsdp_plugin
+                                           .mixed_precision_policy),
+            "gradient_accumulation_steps": accum, "minibatches": cfg.minibatches,
+        }
+        out.write_text(json.dumps(result, indent=1))
+    dist.wait_for_everyone()
+
+
+def train(argv: list[str]) -> None:
+    from repro.cli import app
+    from repro.training import rollout
+
+    rollout.Rewarder.__call__ = _hashed_rewarder
+    app(["train", *argv], standalone_mode=False)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "reference":
+        reference(Path(sys.argv[2]), Path(sys.argv[3]), json.loads(sys.argv[4]))
+    else:
+        train(sys.argv[2:])
