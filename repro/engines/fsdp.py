@@ -29,6 +29,13 @@ def fsdp_requested() -> bool:
     return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
 
 
+def ram_efficient_loading() -> bool:
+    """Did the launcher ask for FSDP with `fsdp_cpu_ram_efficient_loading` (only the main
+    process reads the weights; prepare broadcasts them shard by shard)?"""
+    return fsdp_requested() and os.environ.get(
+        "FSDP_CPU_RAM_EFFICIENT_LOADING", "false").lower() == "true"
+
+
 def mixed_precision() -> str:
     """The launcher's mixed precision ('no', 'bf16', ...), as TrainingArguments reads it."""
     return os.environ.get("ACCELERATE_MIXED_PRECISION", "no").lower()

@@ -28,10 +28,15 @@ import torch
 from accelerate.utils import gather_object
 from transformers import PrinterCallback, TrainerCallback
 
-from repro.engines.fsdp import enable_cpu_fsdp2, mixed_precision, recipe_policy
+from repro.engines.fsdp import (
+    enable_cpu_fsdp2,
+    mixed_precision,
+    ram_efficient_loading,
+    recipe_policy,
+)
 from repro.engines.trl_args import build_grpo_config, check_layout
 from repro.models import load
-from repro.models.loader import MASTER_DTYPE
+from repro.models.loader import MASTER_DTYPE, load_for_sharding
 from repro.training.checkpoint import load_trainer_state, save_checkpoint
 from repro.training.config import TrainConfig
 from repro.training.loop import (
@@ -241,8 +246,15 @@ def train_trl(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: 
     opened = [open_run(cfg, out, label, resume, fingerprint) if dist.is_main_process else None]
     label, identity, ckpt = broadcast_object_list(opened)[0]
     torch.manual_seed(cfg.seed)
-    # float32 masters whatever the checkpoint's dtype; bf16 compute is FSDP2's (defect 2)
-    model, tok = load(ckpt / "policy" if ckpt else cfg.model, dtype=MASTER_DTYPE)
+    # float32 masters whatever the checkpoint's dtype; bf16 compute is FSDP2's (defect 2).
+    # Under FSDP with cpu_ram_efficient_loading only the main process holds the weights on
+    # CPU; the others build the model on the meta device (no full copy per rank).
+    source = ckpt / "policy" if ckpt else cfg.model
+    if world > 1 and ram_efficient_loading():
+        model, tok = load_for_sharding(source, main_process=dist.is_main_process,
+                                       dtype=MASTER_DTYPE)
+    else:
+        model, tok = load(source, dtype=MASTER_DTYPE)
     stream = PromptStream(cfg.tasks, cfg.seed, cfg.prompts_per_step,
                           data_dir=Path(cfg.data_dir) if cfg.data_dir else None,
                           sha256_pins=cfg.sha256_pins or None)
