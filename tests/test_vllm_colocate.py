@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 from vllm_cpu import PYTHON, ROOT, require_vllm, subprocess_env, tiny_vllm_model
@@ -66,3 +67,18 @@ def test_the_sync_needs_the_tied_head_refresh(run):
     assert after["before_sync"] > STALE * tol, after
     assert after["without_head_refresh"] > STALE * tol, after
     assert after["synced"] <= tol, after
+
+
+@pytest.mark.parametrize(("mode", "cpu", "replaced"), [
+    ("colocate", True, True), ("server", True, False), ("colocate", False, False)])
+def test_the_cpu_sync_replaces_trls_only_for_colocate_on_cpu(mode, cpu, replaced, monkeypatch):
+    """GPU platforms and server mode keep TRL's own sync."""
+    from vllm.platforms import current_platform
+
+    from repro.engines.vllm_sync import install_cpu_sync
+
+    monkeypatch.setattr(current_platform, "is_cpu", lambda: cpu)
+    stock = object()
+    generation = SimpleNamespace(mode=mode, sync_weights=stock)
+    install_cpu_sync(generation)
+    assert (generation.sync_weights is not stock) is replaced

@@ -1,7 +1,7 @@
 """The rollout-engine defaults `build_grpo_config` adds to TRL's (defects 3 and 7 of issue 17):
 a missing `vllm_mode` is TRL's colocate, and colocate asks for vLLM's sleep mode only where
 vLLM's platform has it (sleep mode is CUDA/ROCm/XPU-only: asking for it on CPU fails at start).
-Config only; tests/test_vllm_engine_cpu.py runs the CPU platform for real."""
+Config only; tests/test_vllm_colocate.py runs the CPU platform for real."""
 
 from __future__ import annotations
 
