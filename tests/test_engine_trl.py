@@ -244,8 +244,10 @@ def test_the_trainer_refuses_a_grpo_config_that_changes_the_objective(key, tmp_p
     ({"use_vllm": True, "vllm_mode": "server", "vllm_server_host": "node7"},
      {"vllm_mode": "server", "vllm_server_host": "node7", "vllm_enable_sleep_mode": False}),
 ])
-def test_rollout_options_map_onto_grpo_config(trl_args, want, tmp_path):
-    """Config only: vLLM is not installed here, so these paths never generate in CI."""
+def test_rollout_options_map_onto_grpo_config(trl_args, want, tmp_path, monkeypatch):
+    """Config only, on a platform with vLLM's sleep mode (a GPU); tests/test_vllm_rollout_args.py
+    covers the CPU side and the missing vllm_mode."""
+    monkeypatch.setattr("repro.engines.trl_args.sleep_mode_available", lambda: True)
     cfg = TrainConfig(model="m", engine="trl", trl_args=trl_args)
     args = build_grpo_config(cfg, out=tmp_path, world_size=1, steps=1, half_precision=False,
                              use_cpu=True)

