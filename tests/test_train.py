@@ -278,3 +278,18 @@ def test_export_refuses_an_unfinished_run(tiny_model, tmp_path):
 
     with pytest.raises(FileNotFoundError, match="has not finished"):
         export_run(tmp_path / "never-trained", tmp_path / "run")
+
+
+@pytest.mark.parametrize(("keep", "left"), [(0, [1, 2, 3, 4, 5]), (1, [2, 5]), (2, [2, 4, 5])])
+def test_keep_checkpoints_prunes_all_but_the_newest_and_the_budget_fractions(
+        tiny_model, tmp_path, hashed, keep, left):
+    from repro.training.export import export_run
+
+    cfg = TrainConfig(**small(tiny_model, steps=5, checkpoint_every=1,
+                              checkpoint_fractions=[0.4, 1.0], keep_checkpoints=keep))
+    train(cfg, tmp_path / "scratch")
+    kept = sorted(int(p.name.removeprefix("step_"))
+                  for p in (tmp_path / "scratch" / "checkpoints").glob("step_*"))
+    assert kept == left
+    dest = export_run(tmp_path / "scratch", tmp_path / "run")  # the fractions' policies survive
+    assert sorted(p.name for p in (dest / "policy").iterdir()) == ["frac=0.4", "frac=1.0"]

@@ -207,7 +207,8 @@ def save_sharded_checkpoint(trainer, out: Path, step: int, state: RunState,
     acc.wait_for_everyone()
     if acc.is_main_process:
         save_checkpoint(out, step, acc.unwrap_model(trainer.model), trainer.processing_class,
-                        None, state, identity, model_state=model_state, optimizer_dir=staging)
+                        None, state, identity, model_state=model_state, optimizer_dir=staging,
+                        keep=trainer.repro.keep_checkpoints)
     acc.wait_for_everyone()
 
 

@@ -9,6 +9,11 @@ whose files were later damaged (a bad disk block, a truncated copy, garbage from
 fails `verify_checkpoint`, and `latest_checkpoint` skips it with a one-line message and
 falls back to the newest one that verifies. Any engine that writes this layout through
 `save_checkpoint` gets the same protection.
+
+Retention (`keep`): a paper-scale checkpoint is ~400 GB (float32 masters of a 32B model plus
+AdamW state), so a run checkpointing every 10 of 200 steps would need ~8 TB of scratch. With
+keep = N > 0 only the N newest checkpoints survive a new one, besides the budget-fraction
+checkpoints (`state.fraction_steps`), which the export copies; keep = 0 keeps all.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ OPTIMIZER_DIR = "optimizer"  # a sharded optimizer's state (torch.distributed.ch
 def save_checkpoint(
     run_dir: Path, step: int, model, tokenizer, optimizer, state: Any,
     identity: dict[str, Any], *, model_state: dict[str, Any] | None = None,
-    optimizer_dir: Path | None = None,
+    optimizer_dir: Path | None = None, keep: int = 0,
 ) -> Path:
     """A sharded model (FSDP2) passes its full `model_state`, gathered on every process, and
     `optimizer_dir`, where every process saved its optimizer shards (torch.distributed.
@@ -58,7 +63,20 @@ def save_checkpoint(
         write_checksums(tmp)
 
     atomic_dir(final, write)
+    if keep > 0:
+        prune_checkpoints(run_dir, keep, set(getattr(state, "fraction_steps", {}).values()))
     return final
+
+
+def prune_checkpoints(run_dir: Path, keep: int, protected: set[int]) -> list[Path]:
+    """Delete all but the `keep` newest step_* checkpoints, never one of the `protected` steps;
+    returns what was deleted. Older first, so a crash midway leaves the newest intact."""
+    steps = sorted((int(p.name.removeprefix("step_")), p)
+                   for p in (run_dir / "checkpoints").glob("step_*") if p.is_dir())
+    doomed = [p for step, p in steps[:-keep] if step not in protected]
+    for path in doomed:
+        shutil.rmtree(path)
+    return doomed
 
 
 def write_checksums(folder: Path) -> None:

@@ -80,6 +80,11 @@ class TrainConfig:
         default=None, metadata={"help": "Stop once this many tokens were generated (compute-matched)."}
     )
     checkpoint_every: int = field(default=10, metadata={"help": "Checkpoint every N steps (0 = off)."})
+    keep_checkpoints: int = field(
+        default=0,
+        metadata={"help": "Keep only the N newest checkpoints, plus the budget-fraction ones "
+                          "the export needs (0 = keep all)."},
+    )
     checkpoint_fractions: list[float] = field(
         default_factory=lambda: [0.5, 1.0],
         metadata={"help": "Also checkpoint when this share of the budget (steps or tokens) is used."},
@@ -140,6 +145,7 @@ class TrainConfig:
              "kl_coef, grad_clip and weight_decay must be >= 0")
         need(self.token_budget is None or self.token_budget > 0, "token_budget", "must be > 0 or None")
         need(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0")
+        need(self.keep_checkpoints >= 0, "keep_checkpoints", "must be >= 0")
         need(all(0 < f <= 1 for f in self.checkpoint_fractions), "checkpoint_fractions",
              "must lie in (0, 1]")
         need(self.engine in ENGINES, "engine", f"must be one of {ENGINES}")

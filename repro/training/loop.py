@@ -125,7 +125,8 @@ def train(
             bar.update(1)
             bar.set_postfix(reward=f"{row['reward_mean']:.3f}", entropy=f"{row['entropy']:.3f}")
             if checkpoint_due(cfg, state):
-                save_checkpoint(out, step, model, tok, opt, state, identity)
+                save_checkpoint(out, step, model, tok, opt, state, identity,
+                                keep=cfg.keep_checkpoints)
                 write_log(out, state.log, cfg)
     finally:
         bar.close()
