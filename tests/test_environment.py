@@ -49,7 +49,7 @@ def test_the_record_is_what_torch_and_the_machine_report():
 @pytest.mark.skipif(not CPUINFO.is_file() or " avx2" not in CPUINFO.read_text(),
                     reason="needs an x86 CPU with AVX2 (ATEN_CPU_CAPABILITY=avx2)")
 def test_a_process_under_avx2_records_avx2_and_its_threads():
-    code = "import json; from repro.results.environment import environment; " \
+    code = "import json, torch; from repro.results.environment import environment; " \
            "print(json.dumps(environment()))"
     env = os.environ | {"ATEN_CPU_CAPABILITY": "avx2", "OMP_NUM_THREADS": "1",
                         "PYTHONPATH": str(ROOT)}
@@ -88,3 +88,15 @@ def test_manifests_the_aggregate_and_the_tables_carry_the_environment(tmp_path):
         text = (tmp_path / "tables" / name).read_text()
         assert f"CPU kernels {here['torch']['cpu_capability']}" in text, text[-800:]
         assert "Environment (2 jobs)" in text and "Environment (1 job): not recorded" in text
+
+
+def test_a_job_without_torch_records_its_packages_but_not_torchs_kernels():
+    code = ("import json, sys; from repro.results.environment import environment, summary; "
+            "env = environment(); assert 'torch' not in sys.modules; "
+            "print(json.dumps([env, summary(env)]))")
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    record, line = json.loads(out)
+    assert record["torch"] is None and record["packages"]["torch"] == torch.__version__
+    assert line.startswith("torch not imported, transformers ")

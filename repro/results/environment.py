@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -66,14 +67,16 @@ def torch_record() -> dict[str, Any]:
 
 
 def environment() -> dict[str, Any]:
-    """What this process runs on: packages, torch build and kernels, threads, CPU, Python."""
+    """What this process runs on: packages, torch build and kernels, threads, CPU, Python.
+    `torch` is None in a job that never imported it (aggregate, tables): importing it only to
+    describe it would cost seconds and say nothing about that job's numbers."""
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "packages": package_versions(),
-        "torch": torch_record(),
+        "torch": torch_record() if "torch" in sys.modules else None,
         "env": {name: os.environ[name] for name in ENV_VARS if name in os.environ},
     }
 
@@ -82,6 +85,8 @@ def summary(env: dict[str, Any]) -> str:
     """One line for a table's footer: the fields a reader needs to judge a mismatch."""
     t, p = env["torch"], env["packages"]
     others = ", ".join(f"{name} {p[name]}" for name in PACKAGES[1:] if p.get(name))
+    if t is None:
+        return f"torch not imported, {others}; Python {env['python']}; {env['cpu_model']}"
     gpus = f", GPU {', '.join(sorted(set(t['gpus'])))}" if t.get("gpus") else ""
     return (f"torch {t['version']} (CPU kernels {t['cpu_capability']}, {t['threads']} "
             f"thread{'s' if t['threads'] != 1 else ''}, BLAS {t['build'].get('BLAS_INFO', '?')})"
