@@ -92,6 +92,7 @@ def main(out: Path) -> None:
         attn = torch.cat([whole["prompt_mask"], whole["completion_mask"]], 1)
         width = whole["completion_ids"].size(1)
         logp = trainer._get_per_token_logps_and_entropies(policy, ids, attn, width)[0]
+        result["logp_dtype"] = str(logp.dtype).removeprefix("torch.")  # sets the tolerance
         old = padded(parts, "old_per_token_logps", "right") if "old_per_token_logps" in parts[0] \
             else logp.detach()
         ref, _ = policy_loss(trainer.loss_cfg, Minibatch(

@@ -11,6 +11,7 @@ was.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -36,7 +37,7 @@ from repro.results import (
     write_arrow,
     write_table,
 )
-from repro.results.manifest import check_inputs, write_manifest
+from repro.results.manifest import check_inputs, environment_of, write_manifest
 
 TRAIN_FILE = "train_log.parquet"  # per-job inputs
 PROBLEMS_FILE = "problems.parquet"
@@ -116,17 +117,19 @@ def aggregate(files: Sequence[Path], out: Path, study: Study) -> dict[str, int]:
                  + [job.path.with_name(name) for job in evals
                     for name in (PROBLEMS_FILE, SAMPLES_FILE)])
     config = study.to_config()
+    env = job_environments([job.path for job in (*train, *evals)])
     curves = [_train_curve(job) for job in train]
     names = (CURVES_OUT, RUNS_OUT, PROBLEMS_OUT, SAMPLES_OUT)
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=out))
     try:
-        write_arrow(curves, AGG_TRAIN_CURVES, staging / CURVES_OUT, config=config)
+        write_arrow(curves, AGG_TRAIN_CURVES, staging / CURVES_OUT, config=config,
+                    environment=env)
         write_table([_run_row(c, study.smooth_window) for c in curves], AGG_RUNS,
-                    staging / RUNS_OUT, config=config)
+                    staging / RUNS_OUT, config=config, environment=env)
         for name, source, base, schema, order in EVAL_OUTS:
             tables = (_eval_table(job, source, base, schema, order) for job in evals)
-            write_arrow(tables, schema, staging / name, config=config)
+            write_arrow(tables, schema, staging / name, config=config, environment=env)
         # the old manifest stays until the new one replaces it: a crash between the moves
         # leaves files that do not match it, which the next read (or Snakemake) detects
         for name in names:
@@ -135,6 +138,17 @@ def aggregate(files: Sequence[Path], out: Path, study: Study) -> dict[str, int]:
         shutil.rmtree(staging, ignore_errors=True)
     write_manifest(out, names, {"study": config})
     return {name: pq.read_metadata(out / name).num_rows for name in names}
+
+
+def job_environments(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """The distinct environments the jobs' manifests record, each with how many of `paths` it
+    made (`environment` None: manifests older than the record), most jobs first."""
+    counts: dict[str, int] = {}
+    for path in paths:
+        key = json.dumps(environment_of(path), sort_keys=True)
+        counts[key] = counts.get(key, 0) + 1
+    return [{"jobs": n, "environment": json.loads(key)}
+            for key, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def _train_curve(job: Job) -> pa.Table:

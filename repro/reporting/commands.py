@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
     app.command("tables")(tables_cmd)
     app.command("figures")(figures_cmd)
     app.command("paper-reference")(paper_reference_cmd)
+    app.command("compare")(compare_cmd)
 
 
 def _study_option(name: str) -> typer.models.OptionInfo:
@@ -118,3 +119,45 @@ def paper_reference_cmd(
 
     write_reference(out)
     typer.echo(f"wrote {out}")
+
+
+def compare_cmd(
+    first: Annotated[Path, typer.Argument(help="An aggregate folder.", show_default=False)],
+    second: Annotated[Path, typer.Argument(help="Another of the same experiment.",
+                                           show_default=False)],
+    tol: Annotated[list[str] | None, typer.Option(
+        help="METRIC=VALUE: another tolerance (metrics and defaults: repro.reporting.compare)."
+    )] = None,
+) -> None:
+    """Summary metrics of two aggregates (e.g. one run under ATEN_CPU_CAPABILITY=avx2): prints
+    each metric's largest difference; exit 1 if any is outside its tolerance."""
+    from repro.reporting.compare import TOLERANCE, compare, cpu_capabilities, summary
+
+    try:
+        tolerance = TOLERANCE | _tolerances(tol or [], TOLERANCE)
+        kernels = [cpu_capabilities(folder) for folder in (first, second)]
+        largest, problems = compare(summary(first), summary(second), tolerance)
+    except ValueError as err:
+        raise _fail("compare", err) from None
+    typer.echo(f"CPU kernels: {first}: {', '.join(kernels[0])}; {second}: {', '.join(kernels[1])}")
+    for metric, diff in largest.items():
+        typer.echo(f"{metric}: largest |diff| {diff:.3g} (tolerance {tolerance[metric]:g})")
+    if kernels[0] == kernels[1]:
+        typer.echo("note: both ran on the same CPU kernels, so this compares reruns only")
+    if problems:
+        typer.echo("\n".join(f"repro compare: {line}" for line in problems), err=True)
+        raise typer.Exit(1)
+
+
+def _tolerances(items: list[str], known: dict[str, float]) -> dict[str, float]:
+    """METRIC=VALUE strings -> a mapping; a one-line error for an unknown metric or value."""
+    out = {}
+    for item in items:
+        metric, _, value = item.partition("=")
+        if metric not in known:
+            raise ValueError(f"--tol {item!r}: unknown metric (known: {', '.join(known)})")
+        try:
+            out[metric] = float(value)
+        except ValueError:
+            raise ValueError(f"--tol {item!r}: {value!r} is not a number") from None
+    return out

@@ -39,6 +39,7 @@ def write_table(
     path: str | Path,
     *,
     config: Mapping[str, Any] | None = None,
+    environment: Any = None,
 ) -> pa.Table:
     """Build a table from rows under `schema`, check nulls, write Parquet atomically."""
     path = Path(path)
@@ -46,7 +47,7 @@ def write_table(
     if missing:
         raise ValueError(f"{path}: rows lack column(s) {missing} of schema {schema.metadata.get(b'schema_name')}")
     table = pa.Table.from_pylist(list(rows), schema=schema)
-    written = write_arrow(table, schema, path, config=config)
+    written = write_arrow(table, schema, path, config=config, environment=environment)
     return table.replace_schema_metadata(written.metadata)
 
 
@@ -56,15 +57,19 @@ def write_arrow(
     path: str | Path,
     *,
     config: Mapping[str, Any] | None = None,
+    environment: Any = None,
 ) -> pa.Schema:
     """Write one table, or chunks in order, under `schema`: nulls checked, provenance metadata,
     atomic. Chunks are streamed (an aggregate of many files never sits in memory at once); a
-    failing chunk leaves no file. Returns the written schema (with its metadata)."""
+    failing chunk leaves no file. `environment` (JSON), when given, is stored under that key
+    (the aggregate: what its jobs ran on). Returns the written schema (with its metadata)."""
     path = Path(path)
     meta = dict(schema.metadata or {})
     meta[b"repro_version"] = __version__.encode()
     meta[b"git_revision"] = git_revision().encode()
     meta[b"config"] = json.dumps(config or {}, sort_keys=True, default=str).encode()
+    if environment is not None:
+        meta[b"environment"] = json.dumps(environment, sort_keys=True).encode()
     written = schema.with_metadata(meta)
     chunks = [tables] if isinstance(tables, pa.Table) else tables
 

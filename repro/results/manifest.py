@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from repro.atomic import atomic_file
+from repro.results.environment import environment
 
 MANIFEST = "manifest.json"
 QUARANTINE_SUFFIX = ".corrupt"
@@ -48,9 +49,11 @@ def describe(path: Path) -> dict[str, Any]:
 
 def write_manifest(folder: Path, files: Iterable[str], extra: Mapping[str, Any] | None = None,
                    name: str = MANIFEST) -> Path:
-    """Record `files` (paths relative to `folder`) in `folder/name`; call after the last write."""
+    """Record `files` (paths relative to `folder`) in `folder/name`, with the environment that
+    made them (`repro.results.environment`); call after the last write."""
     folder = Path(folder)
-    data = dict(extra or {}) | {"files": {f: describe(folder / f) for f in sorted(files)}}
+    data = ({"environment": environment()} | dict(extra or {})
+            | {"files": {f: describe(folder / f) for f in sorted(files)}})
     text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
     atomic_file(folder / name, lambda tmp: tmp.write_text(text))
     return folder / name
@@ -71,6 +74,13 @@ def _listed(path: Path, levels: int = 3) -> tuple[Path, dict[str, Any]] | None:
                 return manifest, entry
         folder = folder.parent
     return None
+
+
+def environment_of(path: Path) -> dict[str, Any] | None:
+    """The environment recorded by the manifest that lists `path` (None: unlisted, or a
+    manifest written before environments were recorded)."""
+    found = _listed(Path(path))
+    return None if found is None else json.loads(found[0].read_text()).get("environment")
 
 
 def verify_file(path: Path, *, known_good: Mapping[str, Any] | None = None) -> str | None:

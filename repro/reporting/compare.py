@@ -1,0 +1,78 @@
+"""`repro compare`: do two aggregates of the same experiment agree on their summary metrics?
+
+CI runs the smoke preset twice, under the CPU's default ATen kernels and under
+`ATEN_CPU_CAPABILITY=avx2` (issue 22): the kernels round differently, and a pipeline whose
+numbers moved by more than rounding under them would not reproduce on another machine. The
+summary is what the tables report: per run the final reward and entropy and the tokens it
+generated, and per evaluation (run, budget fraction, benchmark) the mean score over problems.
+Each metric's largest difference is printed, so the log also measures how far the kernels part.
+
+Tolerances, from a measurement (smoke preset, AMD EPYC, AVX512 vs ATEN_CPU_CAPABILITY=avx2):
+the SFT weights parted by at most 5.6e-6, the per-step entropies by at most 7.2e-7 (5 of 28
+steps), and not one sampled token differed (78 evaluation samples, every rollout; 0 of 2,048
+sequences, 41,835 tokens, sampled with one seed from the two SFT starts). So the kernels move
+the numbers by rounding only, and at smoke size a sampled token that differs means the runs
+parted: the discrete metrics (rewards, scores, generated tokens) must be equal, and the entropy,
+a smooth function of the weights, within 1e-4 nats: over 100x the rounding measured, while one
+changed sample moves a step's mean entropy by about 1/(tokens per step), 1e-2 at smoke size.
+(At smoke size every reward and score is 0, so the entropies and token counts carry the check.)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from repro.reporting.aggregate import PROBLEMS_OUT, RUNS_OUT
+from repro.results import AGG_EVAL_PROBLEMS, AGG_RUNS, read_table
+from repro.results.manifest import check_inputs
+
+RUN_KEYS = ("run_model", "run_algo", "run_group_size", "run_seed")
+EVAL_KEYS = (*RUN_KEYS, "frac", "benchmark")
+RUN_METRICS = ("reward_final", "entropy_final", "gen_tokens_cum")
+Summary = dict[str, dict[tuple, float]]  # metric -> key -> value
+# Largest |difference| accepted per metric (the module docstring says why these values).
+TOLERANCE = {"reward_final": 0.0, "entropy_final": 1e-4, "gen_tokens_cum": 0.0, "eval_avg": 0.0}
+
+
+def summary(folder: Path) -> Summary:
+    """The summary metrics of the aggregate in `folder` (verified against its manifest)."""
+    paths = [folder / RUNS_OUT, folder / PROBLEMS_OUT]
+    check_inputs(paths)
+    runs = read_table(paths[0], AGG_RUNS)
+    keys = list(zip(*(runs[k].to_pylist() for k in RUN_KEYS), strict=True))
+    out: Summary = {m: dict(zip(keys, runs[m].to_pylist(), strict=True)) for m in RUN_METRICS}
+    problems = read_table(paths[1], AGG_EVAL_PROBLEMS)
+    means = problems.group_by(list(EVAL_KEYS), use_threads=False).aggregate([("avg", "mean")])
+    out["eval_avg"] = {tuple(row[k] for k in EVAL_KEYS): row["avg_mean"]
+                       for row in means.to_pylist()}
+    return out
+
+
+def cpu_capabilities(folder: Path) -> list[str]:
+    """The CPU kernels the aggregate's jobs recorded (issue 22's environment), sorted."""
+    meta = pq.read_schema(folder / RUNS_OUT).metadata or {}
+    entries = json.loads(meta.get(b"environment", b"[]"))
+    return sorted({e["environment"]["torch"]["cpu_capability"] if e["environment"] else "unrecorded"
+                   for e in entries})
+
+
+def compare(a: Summary, b: Summary, tolerance: Mapping[str, float]) -> tuple[dict[str, float],
+                                                                              list[str]]:
+    """(largest |a - b| per metric, one line per value outside `tolerance` or key in one only)."""
+    largest, problems = {}, []
+    for metric, values in a.items():
+        other = b[metric]
+        for key in sorted(set(values) ^ set(other), key=str):
+            problems.append(f"{metric} {key}: in only one of the two aggregates")
+        diffs = {key: abs(values[key] - other[key]) for key in set(values) & set(other)}
+        largest[metric] = max(diffs.values(), default=0.0)
+        problems += [f"{metric} {key}: {values[key]:.6g} vs {other[key]:.6g} "
+                     f"(|diff| {d:.3g} > {tolerance[metric]:g})"
+                     for key, d in sorted(diffs.items(), key=lambda kv: str(kv[0]))
+                     if not d <= tolerance[metric]]  # NaN on one side fails too
+    return largest, problems
+
