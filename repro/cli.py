@@ -291,8 +291,8 @@ def bench_gpu(
     if not tiny and shape not in SHAPES:
         typer.echo(f"repro bench gpu: --shape {shape!r} is not one of {sorted(SHAPES)}", err=True)
         raise typer.Exit(2)
-    if lr is not None and lr < 0:
-        typer.echo(f"repro bench gpu: --lr {lr} must be >= 0", err=True)
+    if lr is not None and not lr > 0:
+        typer.echo(f"repro bench gpu: --lr {lr} must be > 0", err=True)
         raise typer.Exit(2)
     report = run_preflight(PreflightConfig(out=out, tiny=tiny, shape=shape, processes=processes,
                                            lr=lr, budget_s=budget_s))

@@ -22,6 +22,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -46,7 +47,7 @@ GPU_BUDGETS = {"build": 90, "startup": 150, "vllm_load": 30, "rollout": 90, "upd
 TINY_BUDGETS = {"build": 30, "startup": 120, "vllm_load": 30, "rollout": 60, "update": 60,
                 "param_change": 15, "save": 30, "vllm_sync": 30, "reload": 60}
 TRAIN_STAGES = ("vllm_load", "rollout", "update", "param_change", "save", "vllm_sync")
-STALE_FACTOR = 10  # vllm_sync: a stale vLLM must be this far beyond the tolerance
+STALE_FACTOR = 3  # vllm_sync: a stale vLLM must be this far beyond the tolerance
 NOISE_FACTOR = 4  # vllm_sync: tolerance = this x vLLM's own noise at load (tests/vllm_cpu)
 
 
@@ -165,7 +166,7 @@ def watch(cmd: list[str], env: dict[str, str], log: Path, progress: Path,
             return {"stage": stage, "status": "stopped", "reason": why}
     if proc.returncode != 0:
         errors = [ln for ln in log.read_text().splitlines()  # the workers' own, not torchrun's
-                  if ln.split(":")[0].endswith(("Error", "Exception"))
+                  if re.match(r"(\[rank\d+\]: )?[\w.]+(Error|Exception): ", ln)
                   and "ChildFailedError" not in ln]
         return {"stage": stage, "status": "failed",
                 "reason": f"exit {proc.returncode}: {errors[-1] if errors else 'see ' + str(log)}"}
@@ -175,18 +176,19 @@ def watch(cmd: list[str], env: dict[str, str], log: Path, progress: Path,
 def merge(stages: dict[str, Any], names: tuple[str, ...], progress: Path,
           ended: dict[str, str] | None) -> None:
     """The worker's stage records into the report; where it ended early, the stage it ended in
-    carries why and the stages after it are `not run`."""
+    (`startup`: before its first stage) carries why and the stages after it are `not run`."""
     done = json.loads(progress.read_text())["stages"] if progress.exists() else {}
-    for name in names:
+    for name in ("startup", *names):
         if name in stages:  # skipped before the run
             continue
-        if done.get(name, {}).get("status") == "ok":
-            stages[name] = done[name]
-        elif ended and (ended["stage"] == name or (ended["stage"] == "startup" and not done)):
+        if done.get(name, {}).get("status") == "ok" or (name == "startup" and done):
+            stages[name] = done.get(name, {"status": "ok"})
+        elif ended and ended["stage"] in (name, "startup" if name == "startup" else None):
             stages[name] = {"status": ended["status"], "reason": ended["reason"]}
             ended = {"stage": "", "status": "not run", "reason": f"{name} did not finish"}
         else:
-            stages[name] = {"status": "not run", "reason": ended["reason"] if ended else "?"}
+            stages[name] = {"status": "not run",
+                            "reason": ended["reason"] if ended else "the worker skipped it"}
 
 
 def run_preflight(cfg: PreflightConfig) -> dict[str, Any]:
@@ -240,8 +242,11 @@ def run_preflight(cfg: PreflightConfig) -> dict[str, Any]:
                           out / "reload.log", out / "progress_reload.json",
                           {"startup": cfg.budgets["reload"], "reload": cfg.budgets["reload"]},
                           deadline)
-            merge(stages, ("reload",), out / "progress_reload.json", ended)
-    report["stages"] = stages = {n: stages[n] for n in ("build", *TRAIN_STAGES, "reload")}
+            reload_stages: dict[str, Any] = {}
+            merge(reload_stages, ("reload",), out / "progress_reload.json", ended)
+            stages["reload"] = reload_stages["reload"]
+    report["stages"] = stages = {n: stages[n] for n in ("build", "startup", *TRAIN_STAGES, "reload")
+                               if n in stages}
     update = stages.get("update", {})
     peak = PEAK_BF16_FLOPS.get(next((k for k in PEAK_BF16_FLOPS if gpu and k in
                                      report["device"]), ""), math.nan)

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-PERTURB = 0.02  # vllm_sync: noise added to every master (x its tensor's std), then synced
+PERTURB = 0.2  # vllm_sync: noise added to every master (x its tensor's std), then synced
 PROBE_ROWS, PROBE_LEN = 4, 48  # fixed sequences scored by trainer, vLLM and the reload
 
 
@@ -127,7 +127,9 @@ def train(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
 
     def trainer_logprobs() -> torch.Tensor:
         with torch.no_grad():  # every process: FSDP2's forward is collective
-            return token_logprobs(policy(input_ids=ids).logits, ids).cpu()
+            logp = token_logprobs(policy(input_ids=ids).logits, ids).cpu()
+        reshard(policy)
+        return logp
 
     if use_vllm:
         progress.start("vllm_load")
@@ -202,6 +204,17 @@ def train(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
         synced = float((vllm_logprobs(llm, ids) - moved_to).abs().max())
         progress.done("vllm_sync", stale=stale, synced=synced)
     dist.wait_for_everyone()
+
+
+def reshard(policy: torch.nn.Module) -> None:
+    """After a no-grad forward FSDP2 leaves the root's parameters unsharded (plain tensors),
+    which TRL's weight sync (`full_tensor()` per parameter) and the master snapshots cannot take;
+    training's backward reshards them, a probe's forward does not."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in policy.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
 
 
 def _local(param: torch.Tensor) -> torch.Tensor:
