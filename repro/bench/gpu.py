@@ -42,11 +42,11 @@ SHAPES: dict[str, dict[str, Any]] = {
 }
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12}  # dense, per GPU
 # seconds per stage on the GPU shape / on --tiny; `build` writes the random-init model
-GPU_BUDGETS = {"build": 90, "startup": 150, "vllm_load": 30, "rollout": 90, "update": 90,
-               "param_change": 15, "save": 60, "vllm_sync": 60, "reload": 60}
-TINY_BUDGETS = {"build": 30, "startup": 120, "vllm_load": 30, "rollout": 60, "update": 60,
-                "param_change": 15, "save": 30, "vllm_sync": 30, "reload": 60}
-TRAIN_STAGES = ("vllm_load", "rollout", "update", "param_change", "save", "vllm_sync")
+GPU_BUDGETS = {"build": 90, "startup": 150, "vllm_sync": 60, "rollout": 90, "update": 90,
+               "param_change": 15, "save": 60, "vllm_resync": 30, "reload": 60}
+TINY_BUDGETS = {"build": 30, "startup": 120, "vllm_sync": 30, "rollout": 60, "update": 60,
+                "param_change": 15, "save": 30, "vllm_resync": 30, "reload": 60}
+TRAIN_STAGES = ("vllm_sync", "rollout", "update", "param_change", "save", "vllm_resync")
 STALE_FACTOR = 3  # vllm_sync: a stale vLLM must be this far beyond the tolerance
 NOISE_FACTOR = 4  # vllm_sync: tolerance = this x vLLM's own noise at load (tests/vllm_cpu)
 

@@ -2,12 +2,14 @@
 
 `train` (under torchrun, every process): the TRL engine's trainer sharded by FSDP2 with the
 precision recipe (`twin_worker.sharded_trainer`), then the stages in order, each timed with its
-peak GPU memory (max over processes): `vllm_load` (vLLM colocated: its log-probs of fixed
-sequences against the trainer's, before any sync: the kernels' own noise), `rollout` (one
-generation batch, vLLM or HF generate), `update` (the K updates with the optimizer at the preset's
-lr), `param_change` (share of master elements moved), `save` (the gathered state dict written as
-a policy folder, with a sha256 per tensor and the trainer's logits of fixed sequences), and
-`vllm_sync` (the masters perturbed, synced into vLLM, its log-probs compared again).
+peak GPU memory (max over processes): `vllm_sync` (vLLM colocated, each process its own: its
+log-probs of fixed sequences against the trainer's as loaded (under sleep mode: after a first
+sync), which is the kernels' own noise; then the masters perturbed, vLLM's gap before and after
+TRL's sync; the masters restored and synced back), `rollout` (one generation batch, vLLM or HF
+generate), `update` (the K updates with the optimizer at the preset's lr), `param_change` (share
+of master elements moved), `save` (the gathered state dict written as a policy folder, with a
+sha256 per tensor and the trainer's log-probs of the fixed sequences), `vllm_resync` (the trained
+weights through TRL's sync, vLLM's log-probs against the trainer's).
 `reload` (one fresh process): the saved folder loaded with plain transformers, its tensors'
 sha256 and its logits compared with what `save` wrote.
 
@@ -17,6 +19,7 @@ overruns its budget and still report the stages before it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -27,7 +30,7 @@ from typing import Any
 
 import torch
 
-PERTURB = 0.2  # vllm_sync: noise added to every master (x its tensor's std), then synced
+PERTURB = 0.2  # vllm_sync: seeded noise added to every master (x its tensor's std), then synced
 PROBE_ROWS, PROBE_LEN = 4, 48  # fixed sequences scored by trainer, vLLM and the reload
 
 
@@ -132,10 +135,28 @@ def train(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
         return logp
 
     if use_vllm:
-        progress.start("vllm_load")
-        llm = trainer.vllm_generation.llm
-        noise = float((vllm_logprobs(llm, ids) - trainer_logprobs()).abs().max())
-        progress.done("vllm_load", noise=noise)
+        progress.start("vllm_sync")
+        generation = trainer.vllm_generation
+        masters = [p for group in s.optimizer.param_groups for p in group["params"]]
+        sleeping = generation.enable_sleep_mode  # TRL put it to sleep: its weights are gone
+        with awake(generation):
+            if sleeping:
+                generation.sync_weights()
+            want = trainer_logprobs()
+            noise = float((vllm_logprobs(generation.llm, ids) - want).abs().max())
+            kept = [_local(p).detach().clone() for p in masters]
+            perturb(masters)
+            moved_to = trainer_logprobs()
+            stale = float((vllm_logprobs(generation.llm, ids) - moved_to).abs().max())
+            generation.sync_weights()
+            synced = float((vllm_logprobs(generation.llm, ids) - moved_to).abs().max())
+            with torch.no_grad():
+                for p, k in zip(masters, kept, strict=True):
+                    _local(p).copy_(k)
+            del kept
+            generation.sync_weights()
+        progress.done("vllm_sync", noise=_max(noise, device), stale=_max(stale, device),
+                      synced=_max(synced, device), noise_after="sync" if sleeping else "load")
 
     progress.start("rollout")
     policy.train()
@@ -189,21 +210,39 @@ def train(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
     dist.wait_for_everyone()
     progress.done("save")
 
-    if use_vllm:
-        progress.start("vllm_sync")
-        gen = torch.Generator().manual_seed(2)
-        with torch.no_grad():
-            for p in masters:
-                local = _local(p)
-                if local.numel() > 1:
-                    local.add_(PERTURB * float(local.float().std()) * torch.randn(
-                        local.shape, generator=gen).to(local))
-        moved_to = trainer_logprobs()
-        stale = float((vllm_logprobs(llm, ids) - moved_to).abs().max())
-        trainer.vllm_generation.sync_weights()
-        synced = float((vllm_logprobs(llm, ids) - moved_to).abs().max())
-        progress.done("vllm_sync", stale=stale, synced=synced)
+    if use_vllm:  # the trained weights through TRL's sync, as the next rollout does
+        progress.start("vllm_resync")
+        with awake(generation):
+            generation.sync_weights()
+            gap = float((vllm_logprobs(generation.llm, ids) - want).abs().max())
+        progress.done("vllm_resync", trained=_max(gap, device))
     dist.wait_for_everyone()
+
+
+@contextlib.contextmanager
+def awake(generation):
+    """vLLM's KV cache awake for the probes under sleep mode, and asleep again after (level 2,
+    as TRL leaves it after a rollout: the next sync re-pushes the weights)."""
+    if not generation.enable_sleep_mode:
+        yield
+        return
+    generation.llm.wake_up(tags=["kv_cache"])
+    try:
+        yield
+    finally:
+        generation.llm.sleep(level=2)
+        generation._llm_weights_sleeping = True
+
+
+def perturb(masters: list[torch.Tensor]) -> None:
+    """Seeded noise of PERTURB x each tensor's std added to this process's shards."""
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for p in masters:
+            local = _local(p)
+            if local.numel() > 1:
+                local.add_(PERTURB * float(local.float().std()) * torch.randn(
+                    local.shape, generator=gen).to(local))
 
 
 def reshard(policy: torch.nn.Module) -> None:
@@ -220,6 +259,15 @@ def reshard(policy: torch.nn.Module) -> None:
 def _local(param: torch.Tensor) -> torch.Tensor:
     """This process's shard of an FSDP2 parameter (the whole tensor without FSDP)."""
     return param.to_local() if hasattr(param, "to_local") else param
+
+
+def _max(value: float, device) -> float:
+    """The largest over the processes (each holds its own colocated vLLM)."""
+    from accelerate.utils import reduce
+
+    if _world() == 1:
+        return float(value)
+    return float(reduce(torch.tensor([float(value)], device=device), "max")[0])
 
 
 def _sum(value: float, device) -> float:
