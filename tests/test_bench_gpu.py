@@ -15,6 +15,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -141,3 +142,32 @@ def test_a_skipped_stage_with_its_reason_is_not_a_failure():
     report = passing()
     report["stages"]["vllm_sync"] = {"status": "skipped", "reason": "vllm is not installed"}
     assert failures(report, 1e-6, STALE_FACTOR, NOISE_FACTOR) == []
+
+
+def test_a_stage_past_its_budget_is_stopped_and_the_ones_before_it_kept(tmp_path):
+    """`watch` on a stand-in worker: stage a finishes, stage b sleeps past its 1 s budget."""
+    from repro.bench.gpu import merge, watch
+
+    progress = tmp_path / "progress.json"
+    script = f"""
+import json, os, time
+def write(current, stages):
+    open({str(progress)!r} + '.tmp', 'w').write(json.dumps({{'current': current, 'stages': stages}}))
+    os.replace({str(progress)!r} + '.tmp', {str(progress)!r})
+write('a', {{'a': {{'status': 'running', 'started': time.time()}}}})
+write(None, {{'a': {{'status': 'ok', 'seconds': 0.0}}}})
+write('b', {{'a': {{'status': 'ok', 'seconds': 0.0}}, 'b': {{'status': 'running', 'started': time.time()}}}})
+time.sleep(60)
+"""
+    t0 = time.perf_counter()
+    ended = watch([sys.executable, "-c", script], dict(os.environ), tmp_path / "log",
+                  progress, {"startup": 30, "a": 30, "b": 1, "c": 30}, time.time() + 50)
+    assert time.perf_counter() - t0 < 20
+    assert ended == {"stage": "b", "status": "stopped", "reason": "ran past its 1 s budget"}
+    stages: dict = {}
+    merge(stages, ("a", "b", "c"), progress, ended)
+    assert [stages[n]["status"] for n in ("startup", "a", "b", "c")] == [
+        "ok", "ok", "stopped", "not run"]
+    assert any(line.startswith("b: stopped") for line in failures(
+        {"processes": 1, "stages": stages, "predicted_gb": {}}, 1e-6, STALE_FACTOR,
+        NOISE_FACTOR))

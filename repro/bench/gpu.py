@@ -95,7 +95,10 @@ def train_config(cfg: PreflightConfig, model: Path, use_vllm: bool) -> dict[str,
     local_rows = cfg.prompts_per_step * cfg.group_size // (cfg.minibatches * cfg.processes)
     trl["gradient_accumulation_steps"] = max(1, local_rows // cfg.group_size)
     trl["vllm_max_model_length"] = 512 + cfg.max_new_tokens
-    trl["vllm_tensor_parallel_size"] = 1
+    trl["vllm_tensor_parallel_size"] = 1  # one engine per process: no TP group on one GPU
+    # the preset's 0.5 is sized for 32B weights at TP 4; the few-layer model's weights and
+    # 1.5k-token sequences need far less, which leaves room for the update on one GPU
+    trl["vllm_gpu_memory_utilization"] = 0.3
     if cfg.tiny or not use_vllm:
         trl.pop("vllm_enable_sleep_mode", None)  # sleep mode needs CUDA
         trl["gradient_checkpointing"] = False
@@ -142,6 +145,7 @@ def build_model(cfg: PreflightConfig, path: Path) -> Path:
     model.save_pretrained(path)
     tok.save_pretrained(path)
     del model
+    torch.cuda.empty_cache()  # the workers need this GPU memory back
     return path
 
 
