@@ -11,9 +11,9 @@ master weights that moved; save, then a fresh process reloads and compares every
 and the logits; peak GPU memory per stage against `repro.plan`'s prediction for the same shapes.
 
 Budgets: each stage has its own (seconds); the parent stops a stage that overruns it (the
-stages before it keep their results), and a stage that would not fit in what is left of the
-total, or whose memory the planner refuses, is `skipped` with the reason. One JSON; `failures`
-lists every check not met (exit 1 from the CLI).
+stages before it keep their results; `build`, in this process, is only timed), and a stage that
+would not fit in what is left of the total, or whose memory the planner refuses, is `skipped`
+with the reason. One JSON; `failures` lists every check not met (exit 1 from the CLI).
 """
 
 from __future__ import annotations
@@ -203,6 +203,8 @@ def run_preflight(cfg: PreflightConfig) -> dict[str, Any]:
     cfg = cfg.resolved()
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
+    for old in ("progress.json", "progress_reload.json", "saved_probe.pt"):  # a previous run's
+        (out / old).unlink(missing_ok=True)
     t0 = time.time()
     deadline = t0 + cfg.budget_s
     gpu = torch.cuda.is_available() and not cfg.tiny
