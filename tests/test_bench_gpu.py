@@ -174,3 +174,21 @@ time.sleep(60)
     assert any(line.startswith("b: stopped") for line in failures(
         {"processes": 1, "stages": stages, "predicted_gb": {}}, 1e-6, STALE_FACTOR,
         NOISE_FACTOR))
+
+
+def test_the_planner_refuses_a_preflight_that_would_not_fit(tmp_path):
+    """What makes `run_preflight` skip every train stage with the reason: repro.plan on the GPU
+    shape (config.json only, no weights) with sequences too long for one 141 GB GPU."""
+    from transformers import Qwen3Config
+
+    from repro.bench.gpu import SHAPES, PreflightConfig, predicted, train_config
+    from repro.plan import PlanRefusal
+
+    Qwen3Config(**SHAPES["qwen3-32b-4l"]).save_pretrained(tmp_path)
+    fits = PreflightConfig(out=tmp_path, processes=1, lr=1e-6).resolved()
+    for use_vllm in (False, True):
+        got = predicted(fits, tmp_path, train_config(fits, tmp_path, use_vllm))
+        assert 0 < got["update"] < 141 and 0 < got["rollout"] < 141, got
+    huge = PreflightConfig(out=tmp_path, processes=1, lr=1e-6, max_new_tokens=400_000).resolved()
+    with pytest.raises(PlanRefusal, match="config train.trl_args.use_vllm"):
+        predicted(huge, tmp_path, train_config(huge, tmp_path, use_vllm=False))
