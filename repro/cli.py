@@ -275,16 +275,41 @@ def bench_logprobs(
 
 @bench_app.command("gpu")
 def bench_gpu(
-    out: Annotated[Path, typer.Option(help="JSON report to write.")] = Path("bench_gpu.json"),
-    tiny: Annotated[bool, typer.Option(help="CPU smoke mode (tiny shape, 8 tokens): for CI.")] = False,
-    steps: Annotated[int, typer.Option(help="Rollout steps per shape and algorithm.")] = 2,
-    budget_s: Annotated[float, typer.Option(help="Start no run after this many seconds.")] = 380.0,
+    out: Annotated[Path, typer.Option(help="Folder: preflight.json, the model, worker logs.")] = Path(
+        "preflight"),
+    tiny: Annotated[bool, typer.Option(help="CPU mode (tiny model, 2 gloo processes): for CI.")] = False,
+    shape: Annotated[str, typer.Option(help="Random-init Qwen3 shape (GPU): qwen3-32b-4l.")] = "qwen3-32b-4l",
+    processes: Annotated[int, typer.Option(help="Processes (0: every visible GPU; 2 on CPU).")] = 0,
+    lr: Annotated[float | None, typer.Option(help="Learning rate (default: the paper preset's).")] = None,
+    budget_s: Annotated[float, typer.Option(help="Total seconds; each stage has its own too.")] = 420.0,
 ) -> None:
-    """One-GPU check of engine=trl at Qwen3 0.6B/4B shapes (8B forward/backward): one JSON."""
-    from repro.bench.gpu import GPUBenchConfig, run_gpu_bench
+    """Preflight of one node before a paper run: FSDP2 + precision recipe under torchrun, vLLM
+    colocate rollouts with the weight sync checked, updates at the preset's lr, save and reload,
+    MFU and peak memory per stage against `repro plan`. One JSON; exits 1 when a check fails."""
+    import torch
 
-    report = run_gpu_bench(GPUBenchConfig(out=out, tiny=tiny, steps=steps, budget_s=budget_s))
-    typer.echo(f"repro bench gpu: {out} ({report['device']}, {report['total_seconds']:.0f} s)")
+    from repro.bench.gpu import SHAPES, PreflightConfig, run_preflight
+
+    if not tiny and not torch.cuda.is_available():
+        typer.echo("repro bench gpu: no GPU visible; --tiny runs the preflight on CPU", err=True)
+        raise typer.Exit(2)
+    if not tiny and shape not in SHAPES:
+        typer.echo(f"repro bench gpu: --shape {shape!r} is not one of {sorted(SHAPES)}", err=True)
+        raise typer.Exit(2)
+    if lr is not None and not lr > 0:
+        typer.echo(f"repro bench gpu: --lr {lr} must be > 0", err=True)
+        raise typer.Exit(2)
+    report = run_preflight(PreflightConfig(out=out, tiny=tiny, shape=shape, processes=processes,
+                                           lr=lr, budget_s=budget_s))
+    for name, stage in report["stages"].items():
+        extra = f" ({stage.get('reason', '')[:160]})" if stage.get("status") != "ok" else ""
+        typer.echo(f"  {name:<13} {stage.get('status')}{extra}")
+    for line in report["failures"]:
+        typer.echo(f"repro bench gpu: FAILED {line}", err=True)
+    typer.echo(f"repro bench gpu: {out / 'preflight.json'} ({report['device']}, "
+               f"{report['seconds']:.0f} s, {len(report['failures'])} failures)")
+    if report["failures"]:
+        raise typer.Exit(1)
 
 
 @bench_app.command("twin")

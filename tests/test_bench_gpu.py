@@ -1,35 +1,194 @@
-"""`repro bench gpu --tiny`: the GPU check's code path end to end on CPU (nothing measured on a
-GPU here: the report says so)."""
+"""`repro bench gpu --tiny`: the preflight's every stage on CPU (2 gloo processes, FSDP2 with
+the precision recipe). In the main venv the vLLM stages are skipped with their reason; .ci/run runs
+this file again in its vLLM venv (REPRO_REQUIRE_VLLM=1), where they must run and pass. Nothing
+here measures a GPU: MFU and peak memory are NaN / absent on CPU.
+
+The checks can fail: an lr rounded away (end to end), a corrupted save (the reload worker on a
+tampered file), a stage past its budget (a stand-in worker), and each other defect fed to
+`failures` as a report.
+"""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 
 pytest.importorskip("trl")
 
-from typer.testing import CliRunner  # noqa: E402
+from typer.testing import CliRunner
 
-from repro.cli import app  # noqa: E402
+from repro.bench.gpu import NOISE_FACTOR, STALE_FACTOR, vllm_available
+from repro.bench.preflight_checks import failures
+from repro.cli import app
+
+HAS_VLLM = vllm_available() is None
+if not HAS_VLLM and os.environ.get("REPRO_REQUIRE_VLLM") == "1":
+    pytest.fail("REPRO_REQUIRE_VLLM=1: the preflight's vLLM stages must run here",
+                pytrace=False)
+
+
+def preflight(out, *extra: str) -> tuple[int, dict, str]:
+    result = CliRunner().invoke(app, ["bench", "gpu", "--tiny", "--out", str(out), *extra])
+    report = json.loads((out / "preflight.json").read_text())
+    return result.exit_code, report, result.output
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("preflight")
+    return out, *preflight(out)
 
 
 @pytest.mark.slow
-def test_tiny_gpu_bench_writes_its_report(tmp_path):
-    out = tmp_path / "bench.json"
-    result = CliRunner().invoke(app, ["bench", "gpu", "--tiny", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    report = json.loads(out.read_text())
-    assert report["measured_on_gpu"] is False and report["device"] == "cpu"
-    assert report["versions"]["trl"] == "1.16.0"
-    assert [r["algorithm"] for r in report["runs"]] == ["gspo", "dfpo_min"]
-    for run in report["runs"]:
-        assert run["rollout_tokens_per_s"] > 0 and run["update_tokens_per_s"] > 0
-        assert run["max_abs_logp_diff_trl_vs_response_logprobs"] < 1e-5  # float32 on CPU
-        assert run["save_reload_max_abs_logit_diff"] == 0.0
-        assert math.isnan(run["mfu_update"])  # no GPU peak to divide by
-        assert run["prepass_overhead"] > 0
-    dfpo = report["runs"][1]
-    assert math.isnan(dfpo["asym"]) or dfpo["asym"] <= 1e-6
-    assert report["fwdbwd"][0]["seconds"] > 0 and not report["skipped"]
+def test_every_stage_runs_on_two_processes_and_passes(tiny):
+    _, code, report, output = tiny
+    assert code == 0 and report["failures"] == [], output
+    assert report["measured_on_gpu"] is False and report["processes"] == 2
+    stages = report["stages"]
+    for name in ("build", "startup", "rollout", "update", "param_change", "save", "reload"):
+        assert stages[name]["status"] == "ok", (name, stages[name])
+    change = stages["param_change"]
+    assert change["sharded"] and change["distributed_type"] == "DistributedType.FSDP"
+    assert change["master_dtypes"] == ["torch.float32"] and change["elements_changed_frac"] > 0.5
+    assert stages["update"]["lr"] == 1e-6  # the paper preset's
+    assert stages["update"]["model_flops"] > 6 * stages["update"]["tokens"]
+    assert stages["reload"]["tensors_differ"] == [] and stages["reload"]["tensors"] > 0
+    assert math.isnan(report["mfu"])  # no GPU peak on CPU
+    assert set(report["predicted_gb"]) >= {"rollout", "update"}  # repro.plan ran on the shapes
+    if HAS_VLLM:
+        assert stages["rollout"]["engine"] == "vllm"
+        sync = stages["vllm_sync"]
+        tol = NOISE_FACTOR * sync["noise"]
+        assert sync["synced"] <= tol < sync["stale"] / STALE_FACTOR, sync
+        assert stages["vllm_resync"]["trained"] <= tol
+    else:
+        assert stages["rollout"]["engine"] == "hf"
+        for name in ("vllm_sync", "vllm_resync"):
+            assert stages[name]["status"] == "skipped"
+            assert "vllm is not installed" in stages[name]["reason"]
+
+
+@pytest.mark.slow
+def test_a_corrupted_save_fails_the_reload(tiny):
+    """The reload worker on the saved folder with one tensor changed in its file."""
+    from safetensors.torch import load_file, save_file
+
+    out = tiny[0]
+    path = out / "saved" / "model.safetensors"
+    tensors = load_file(str(path))
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] * 1.001
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    done = subprocess.run([sys.executable, "-m", "repro.bench.preflight_worker", "reload",
+                           str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    stage = json.loads((out / "progress_reload.json").read_text())["stages"]["reload"]
+    report = {"processes": 2, "stages": {"reload": stage}, "predicted_gb": {}}
+    assert stage["tensors_differ"] == [name]
+    assert any("reload: 1 of" in line for line in failures(report, 1e-6, STALE_FACTOR,
+                                                          NOISE_FACTOR))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(HAS_VLLM, reason="run in the main venv only (CI time)")
+def test_an_lr_rounded_away_fails_the_parameter_change_check(tmp_path):
+    """lr 1e-12: AdamW's step (~lr) is below float32's spacing at the weights' size, so no
+    master moves, as bf16 masters at the preset's 1e-6 (defect 2)."""
+    code, report, output = preflight(tmp_path, "--lr", "1e-12")
+    assert code == 1, output
+    assert report["stages"]["param_change"]["elements_changed_frac"] < 0.01  # weights near 0 move
+    assert [line for line in report["failures"] if line.startswith("param_change:")], report
+
+
+def passing() -> dict:
+    ok = {"status": "ok"}
+    return {"processes": 2, "predicted_gb": {"rollout": 10.0, "update": 20.0}, "stages": {
+        "build": ok, "startup": ok,
+        "vllm_sync": ok | {"noise": 0.01, "stale": 1.0, "synced": 0.02},
+        "rollout": ok | {"peak_gb": 8.0}, "update": ok | {"peak_gb": 19.0},
+        "param_change": ok | {"elements_changed_frac": 0.99, "master_dtypes": ["torch.float32"],
+                              "sharded": True, "distributed_type": "DistributedType.FSDP"},
+        "save": ok, "vllm_resync": ok | {"trained": 0.03},
+        "reload": ok | {"tensors": 10, "tensors_differ": []}}}
+
+
+@pytest.mark.parametrize(("stage", "key", "value", "says"), [
+    ("param_change", "master_dtypes", ["torch.bfloat16"], "master dtypes"),  # bf16 masters
+    ("param_change", "elements_changed_frac", 0.02, "weights moved"),  # lr rounded away
+    ("param_change", "sharded", False, "not DTensors"),  # FSDP2 did not shard
+    ("vllm_sync", "synced", 0.5, "after a sync"),  # the sync left vLLM stale
+    ("vllm_sync", "stale", 0.05, "cannot tell"),  # the check itself is blind
+    ("vllm_sync", "noise", 0.5, "before training"),  # vLLM computes another model
+    ("vllm_resync", "trained", 0.3, "trained policy"),  # the sync after FSDP2 updates fails
+    ("update", "peak_gb", 25.0, "over repro.plan"),  # the planner underestimates
+    ("reload", "tensors_differ", ["lm_head.weight"], "differ"),
+    ("rollout", "status", "stopped", "rollout: stopped"),  # overran its budget
+])
+def test_each_defect_is_a_failure(stage, key, value, says):
+    assert failures(passing(), 1e-6, STALE_FACTOR, NOISE_FACTOR) == []
+    report = copy.deepcopy(passing())
+    report["stages"][stage][key] = value
+    got = failures(report, 1e-6, STALE_FACTOR, NOISE_FACTOR)
+    assert got and any(says in line for line in got), got
+
+
+def test_a_skipped_stage_with_its_reason_is_not_a_failure():
+    report = passing()
+    report["stages"]["vllm_sync"] = {"status": "skipped", "reason": "vllm is not installed"}
+    assert failures(report, 1e-6, STALE_FACTOR, NOISE_FACTOR) == []
+
+
+def test_a_stage_past_its_budget_is_stopped_and_the_ones_before_it_kept(tmp_path):
+    """`watch` on a stand-in worker: stage a finishes, stage b sleeps past its 1 s budget."""
+    from repro.bench.gpu import merge, watch
+
+    progress = tmp_path / "progress.json"
+    script = f"""
+import json, os, time
+def write(current, stages):
+    tmp = {str(progress)!r} + '.tmp'
+    open(tmp, 'w').write(json.dumps({{'current': current, 'stages': stages}}))
+    os.replace(tmp, {str(progress)!r})
+a = {{'status': 'ok', 'seconds': 0.0}}
+write('a', {{'a': {{'status': 'running', 'started': time.time()}}}})
+write(None, {{'a': a}})
+write('b', {{'a': a, 'b': {{'status': 'running', 'started': time.time()}}}})
+time.sleep(60)
+"""
+    t0 = time.perf_counter()
+    ended = watch([sys.executable, "-c", script], dict(os.environ), tmp_path / "log",
+                  progress, {"startup": 30, "a": 30, "b": 1, "c": 30}, time.time() + 50)
+    assert time.perf_counter() - t0 < 20
+    assert ended == {"stage": "b", "status": "stopped", "reason": "ran past its 1 s budget"}
+    stages: dict = {}
+    merge(stages, ("a", "b", "c"), progress, ended)
+    assert [stages[n]["status"] for n in ("startup", "a", "b", "c")] == [
+        "ok", "ok", "stopped", "not run"]
+    assert any(line.startswith("b: stopped") for line in failures(
+        {"processes": 1, "stages": stages, "predicted_gb": {}}, 1e-6, STALE_FACTOR,
+        NOISE_FACTOR))
+
+
+def test_the_planner_refuses_a_preflight_that_would_not_fit(tmp_path):
+    """What makes `run_preflight` skip every train stage with the reason: repro.plan on the GPU
+    shape (config.json only, no weights) with sequences too long for one 141 GB GPU."""
+    from transformers import Qwen3Config
+
+    from repro.bench.gpu import SHAPES, PreflightConfig, predicted, train_config
+    from repro.plan import PlanRefusal
+
+    Qwen3Config(**SHAPES["qwen3-32b-4l"]).save_pretrained(tmp_path)
+    fits = PreflightConfig(out=tmp_path, processes=1, lr=1e-6).resolved()
+    for use_vllm in (False, True):
+        got = predicted(fits, tmp_path, train_config(fits, tmp_path, use_vllm))
+        assert 0 < got["update"] < 141 and 0 < got["rollout"] < 141, got
+    huge = PreflightConfig(out=tmp_path, processes=1, lr=1e-6, max_new_tokens=400_000).resolved()
+    with pytest.raises(PlanRefusal, match="config train.trl_args.use_vllm"):
+        predicted(huge, tmp_path, train_config(huge, tmp_path, use_vllm=False))

@@ -1,25 +1,30 @@
-"""`repro bench gpu`: the one-GPU check of the TRL engine at real Qwen3 shapes (issue 9, item 5).
+"""`repro bench gpu`: the preflight a user runs on one node before a paper run (issue 18, item 4).
 
-Why: the CPU tests prove the TRL engine equals the objectives on a tiny float64 model; they say
-nothing about bf16 at real sizes. On one GPU, with no network and no vLLM, this builds
-random-init Qwen3 models of real shapes (0.6B, 4B; 8B forward/backward only), runs a few TRL-
-engine steps of gspo and dfpo_min (P=8, G=8, K=4, 1k-token responses, bf16) with a seeded
-hash-Bernoulli reward (so advantages are not zero), and writes one JSON: package versions,
-rollout and update tokens/s, peak memory, model FLOPs utilisation of the update, the overhead of
-diagnostics and of the DFPO pre-pass, the max |log s| on the first minibatch (bf16 drift,
-verl#2996), asym/residual_full in bf16, the max |logp difference| between TRL's log-prob path
-and `response_logprobs`, and a save/reload of the policy (FSDP2 when run under `accelerate
-launch` with an FSDP2 config). `--tiny` runs the same code on CPU in seconds (CI).
+What it runs: the paper preset's training stack on a random-init Qwen3 of a given shape (no
+network), under torchrun on every visible GPU (on CPU, `--tiny`: 2 gloo processes with the
+twin's launcher environment), in stages (repro/bench/preflight_worker.py): FSDP2 with the
+precision recipe (fp32 masters, bf16 compute); vLLM colocated through the TRL engine (its log-
+probs against the trainer's before and after a weight sync; skipped with the reason where vLLM
+is not installed, rollouts then use HF generate); one rollout and the K updates at the preset's
+lr (tokens/s, MFU with attention FLOPs: `preflight_worker.flops_per_update`); the share of
+master weights that moved; save, then a fresh process reloads and compares every tensor (sha256)
+and the logits; peak GPU memory per stage against `repro.plan`'s prediction for the same shapes.
+
+Budgets: each stage has its own (seconds); the parent stops a stage that overruns it (the
+stages before it keep their results; `build`, in this process, is only timed), and a stage that
+would not fit in what is left of the total, or whose memory the planner refuses, is `skipped`
+with the reason. One JSON; `failures` lists every check not met (exit 1 from the CLI).
 """
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 import json
 import math
-import platform
-import statistics
-import tempfile
+import os
+import re
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,286 +32,266 @@ from typing import Any
 
 import torch
 
-SHAPES: dict[str, dict[str, Any]] = {  # Qwen3 config.json values (vocab 151,936)
-    "qwen3-0.6b": {"hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
-                   "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072,
-                   "tie_word_embeddings": True},
-    "qwen3-4b": {"hidden_size": 2560, "num_hidden_layers": 36, "num_attention_heads": 32,
-                 "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 9728,
-                 "tie_word_embeddings": True},
-    "qwen3-8b": {"hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
-                 "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288,
-                 "tie_word_embeddings": False},
-    "tiny": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 64,
-             "tie_word_embeddings": True},
+from repro.bench.twin import PRESET, launcher_env, tiny_bf16_model
+
+# Qwen3-32B's width (its config.json) with few layers, so a step fits one H200 and the budget.
+SHAPES: dict[str, dict[str, Any]] = {
+    "qwen3-32b-4l": {"hidden_size": 5120, "num_hidden_layers": 4, "num_attention_heads": 64,
+                     "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 25600,
+                     "vocab_size": 151936, "tie_word_embeddings": False},
 }
-QWEN3_VOCAB = 151936
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12}  # dense, per GPU
-ALGORITHMS = {"gspo": ("gspo", {}), "dfpo_min": ("dfpo", {"transform": "min_replace"})}
+# seconds per stage on the GPU shape / on --tiny; `build` writes the random-init model
+GPU_BUDGETS = {"build": 90, "startup": 150, "vllm_sync": 60, "rollout": 90, "update": 90,
+               "param_change": 15, "save": 60, "vllm_resync": 30, "reload": 60}
+TINY_BUDGETS = {"build": 30, "startup": 120, "vllm_sync": 30, "rollout": 60, "update": 60,
+                "param_change": 15, "save": 30, "vllm_resync": 30, "reload": 60}
+TRAIN_STAGES = ("vllm_sync", "rollout", "update", "param_change", "save", "vllm_resync")
+STALE_FACTOR = 3  # vllm_sync: a stale vLLM must be this far beyond the tolerance
+NOISE_FACTOR = 4  # vllm_sync: tolerance = this x vLLM's own noise at load (tests/vllm_cpu)
 
 
 @dataclass
-class GPUBenchConfig:
-    out: Path = field(metadata={"help": "JSON file to write."})
-    tiny: bool = field(default=False, metadata={"help": "CPU smoke mode: tiny shape, 8 tokens."})
-    shapes: list[str] = field(default_factory=lambda: ["qwen3-0.6b", "qwen3-4b"])
-    fwdbwd_shapes: list[str] = field(default_factory=lambda: ["qwen3-8b"])
-    algorithms: list[str] = field(default_factory=lambda: ["gspo", "dfpo_min"])
+class PreflightConfig:
+    out: Path  # folder: preflight.json, the model, the workers' logs
+    tiny: bool = False
+    shape: str = "qwen3-32b-4l"
+    processes: int = 0  # 0: every visible GPU (2 on CPU)
+    lr: float | None = None  # None: the paper preset's
     prompts_per_step: int = 8
     group_size: int = 8
     minibatches: int = 4
     max_new_tokens: int = 1024
-    steps: int = 2
-    budget_s: float = field(default=380.0, metadata={"help": "Skip runs that would start later."})
-    seed: int = 0
+    budget_s: float = 420.0  # the whole preflight; each stage also has its own budget
+    budgets: dict[str, float] = field(default_factory=dict)
 
-    def resolved(self) -> GPUBenchConfig:
-        if not self.tiny:
-            return self
-        return GPUBenchConfig(out=self.out, tiny=True, shapes=["tiny"], fwdbwd_shapes=["tiny"],
-                              algorithms=self.algorithms, prompts_per_step=4, group_size=4,
-                              minibatches=2, max_new_tokens=8, steps=1, budget_s=self.budget_s,
-                              seed=self.seed)
+    def resolved(self) -> PreflightConfig:
+        world = self.processes or (torch.cuda.device_count() if not self.tiny else 2)
+        small = {"prompts_per_step": 4, "group_size": 4, "minibatches": 2, "max_new_tokens": 8,
+                 "shape": "tiny"} if self.tiny else {}
+        base = TINY_BUDGETS if self.tiny else GPU_BUDGETS
+        return PreflightConfig(**(asdict(self) | small | {
+            "processes": world, "budgets": base | self.budgets,
+            "lr": self.lr if self.lr is not None else preset()["lr"]}))
+
+
+def preset() -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(PRESET.read_text())["train"]
+
+
+def vllm_available() -> str | None:
+    """None, or why the vLLM stages are skipped."""
+    if importlib.util.find_spec("vllm") is None:
+        return ("vllm is not installed in this environment (.ci/run runs the preflight again in "
+                "its vLLM venv; on a GPU: pip install 'dfpo-repro[gpu]')")
+    return None
+
+
+def train_config(cfg: PreflightConfig, model: Path, use_vllm: bool) -> dict[str, Any]:
+    """The worker's TrainConfig: the preset's trl_args with vLLM sized to this node and shape."""
+    trl = dict(preset()["trl_args"]) | {"use_vllm": use_vllm}
+    local_rows = cfg.prompts_per_step * cfg.group_size // (cfg.minibatches * cfg.processes)
+    trl["gradient_accumulation_steps"] = max(1, local_rows // cfg.group_size)
+    trl["vllm_max_model_length"] = 512 + cfg.max_new_tokens
+    trl["vllm_tensor_parallel_size"] = 1  # one engine per process: no TP group on one GPU
+    # the preset's 0.5 is sized for 32B weights at TP 4; the few-layer model's weights and
+    # 1.5k-token sequences need far less, which leaves room for the update on one GPU
+    trl["vllm_gpu_memory_utilization"] = 0.3
+    if cfg.tiny or not use_vllm:
+        trl.pop("vllm_enable_sleep_mode", None)  # sleep mode needs CUDA
+        trl["gradient_checkpointing"] = False
+    if not use_vllm:
+        trl = {k: v for k, v in trl.items() if not k.startswith("vllm_")}
+    return {"model": str(model), "algorithm": "dfpo", "lr": cfg.lr, "seed": 0, "steps": 1,
+            "prompts_per_step": cfg.prompts_per_step, "group_size": cfg.group_size,
+            "minibatches": cfg.minibatches, "max_new_tokens": cfg.max_new_tokens,
+            "temperature": 1.0, "engine": "trl", "probe_n": 2, "trl_args": trl}
+
+
+def predicted(cfg: PreflightConfig, model: Path, train: dict[str, Any]) -> dict[str, float]:
+    """repro.plan's per-GPU GB by phase for these shapes (PlanRefusal: the run would not fit)."""
+    from repro.plan import Hardware
+    from repro.plan.hardware import TrainLayout
+    from repro.plan.memory import train_plan
+    from repro.plan.shapes import read_config, shape_of
+
+    gpu_gb = (torch.cuda.get_device_properties(0).total_memory / 1e9
+              if torch.cuda.is_available() else 141.0)
+    hw = Hardware(gpu_memory_gb=gpu_gb, prompt_tokens=64,  # the prompts are < 64 tokens
+                  train=TrainLayout(nodes=1, gpus_per_node=cfg.processes))
+    plan = train_plan("preflight", shape_of(read_config(model), str(model)), train, hw,
+                      cfg.processes)
+    return {phase.name: phase.total_gb for phase in plan.phases}
+
+
+def build_model(cfg: PreflightConfig, path: Path) -> Path:
+    """Random-init Qwen3 saved in bf16 (as Qwen3 checkpoints are): the twin's tiny one, or a
+    real width from SHAPES with the project's tokenizer."""
+    if cfg.tiny:
+        return tiny_bf16_model(path, head_dim=32)  # vLLM's CPU attention takes 32, not 8
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from repro.models.tokenizer import build_tokenizer
+
+    tok = build_tokenizer(model_max_length=4096)
+    config = Qwen3Config(max_position_embeddings=4096, pad_token_id=tok.pad_token_id,
+                         eos_token_id=tok.eos_token_id, bos_token_id=None, dtype="bfloat16",
+                         **SHAPES[cfg.shape])
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    del model
+    torch.cuda.empty_cache()  # the workers need this GPU memory back
+    return path
+
+
+def watch(cmd: list[str], env: dict[str, str], log: Path, progress: Path,
+          budgets: dict[str, float], deadline: float) -> dict[str, str] | None:
+    """Run a worker; stop it (its whole process group) when its current stage overruns its
+    budget or the total deadline passes. Returns None, or the stage it ended in with why."""
+    with log.open("a") as sink:
+        proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    start, stage = time.time(), "startup"
+    while proc.poll() is None:
+        time.sleep(0.5)
+        state = json.loads(progress.read_text()) if progress.exists() else {}
+        stage = state.get("current") or ("startup" if not state else "between stages")
+        began = state["stages"][stage]["started"] if stage in state.get("stages", {}) else start
+        if time.time() > deadline or time.time() - began > budgets.get(stage, math.inf):
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            why = ("the total budget ran out" if time.time() > deadline
+                   else f"ran past its {budgets[stage]:.0f} s budget")
+            return {"stage": stage, "status": "stopped", "reason": why}
+    if proc.returncode != 0:
+        errors = [ln for ln in log.read_text().splitlines()  # the workers' own, not torchrun's
+                  if re.match(r"(\[rank\d+\]: )?[\w.]+(Error|Exception): ", ln)
+                  and "ChildFailedError" not in ln]
+        return {"stage": stage, "status": "failed",
+                "reason": f"exit {proc.returncode}: {errors[-1] if errors else 'see ' + str(log)}"}
+    return None
+
+
+def merge(stages: dict[str, Any], names: tuple[str, ...], progress: Path,
+          ended: dict[str, str] | None) -> None:
+    """The worker's stage records into the report; where it ended early, the stage it ended in
+    (`startup`: before its first stage) carries why and the stages after it are `not run`."""
+    done = json.loads(progress.read_text())["stages"] if progress.exists() else {}
+    for name in ("startup", *names):
+        if name in stages:  # skipped before the run
+            continue
+        if done.get(name, {}).get("status") == "ok" or (name == "startup" and done):
+            stages[name] = done.get(name, {"status": "ok"})
+        elif ended and ended["stage"] in (name, "startup" if name == "startup" else None):
+            stages[name] = {"status": ended["status"], "reason": ended["reason"]}
+            ended = {"stage": "", "status": "not run", "reason": f"{name} did not finish"}
+        else:
+            stages[name] = {"status": "not run",
+                            "reason": ended["reason"] if ended else "the worker skipped it"}
+
+
+def run_preflight(cfg: PreflightConfig) -> dict[str, Any]:
+    from repro.atomic import atomic_file
+    from repro.bench.preflight_checks import failures, mfu_of
+    from repro.bench.twin import torchrun_cmd
+
+    cfg = cfg.resolved()
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in ("progress.json", "progress_reload.json", "saved_probe.pt"):  # a previous run's
+        (out / old).unlink(missing_ok=True)
+    t0 = time.time()
+    deadline = t0 + cfg.budget_s
+    gpu = torch.cuda.is_available() and not cfg.tiny
+    no_vllm = vllm_available()
+    report: dict[str, Any] = {
+        "device": torch.cuda.get_device_name() if gpu else "cpu", "measured_on_gpu": gpu,
+        "processes": cfg.processes, "config": json.loads(json.dumps(asdict(cfg), default=str)),
+        "versions": versions(), "stages": {}, "predicted_gb": {}}
+    stages = report["stages"]
+    t = time.time()
+    model = build_model(cfg, out / "model")
+    stages["build"] = {"status": "ok", "seconds": time.time() - t}
+    train = train_config(cfg, model, use_vllm=no_vllm is None)
+    try:
+        report["predicted_gb"] = predicted(cfg, model, train)
+    except ValueError as err:  # PlanRefusal: would not fit this GPU
+        for name in (*TRAIN_STAGES, "reload"):
+            stages[name] = {"status": "skipped", "reason": f"repro.plan: {err}"}
+    if not stages.get("rollout"):
+        (out / "worker.json").write_text(json.dumps({"train": train, "budgets": cfg.budgets}))
+        progress = out / "progress.json"
+        env = launcher_env(cfg.processes) | ({"VLLM_CPU_KVCACHE_SPACE": "1"} if not gpu else {})
+        if gpu:
+            env.pop("ACCELERATE_USE_CPU")
+        if no_vllm:
+            stages |= {n: {"status": "skipped", "reason": no_vllm} for n in TRAIN_STAGES
+                       if n.startswith("vllm")}
+        ended = watch(torchrun_cmd(cfg.processes, "repro.bench.preflight_worker",
+                                   ["train", str(out), str(model), str(out / "worker.json")]),
+                      env, out / "train.log", progress, cfg.budgets, deadline)
+        merge(stages, TRAIN_STAGES, progress, ended)
+        left = deadline - time.time()
+        if stages["save"]["status"] != "ok":
+            stages["reload"] = {"status": "not run", "reason": "nothing saved"}
+        elif left < cfg.budgets["reload"]:
+            stages["reload"] = {"status": "skipped", "reason": f"{left:.0f} s left, its "
+                                f"budget is {cfg.budgets['reload']:.0f} s"}
+        else:
+            ended = watch([sys.executable, "-m", "repro.bench.preflight_worker", "reload",
+                           str(out)], env | {"RANK": "0", "WORLD_SIZE": "1"},
+                          out / "reload.log", out / "progress_reload.json",
+                          {"startup": cfg.budgets["reload"], "reload": cfg.budgets["reload"]},
+                          deadline)
+            reload_stages: dict[str, Any] = {}
+            merge(reload_stages, ("reload",), out / "progress_reload.json", ended)
+            stages["reload"] = reload_stages["reload"]
+    report["stages"] = stages = {n: stages[n] for n in ("build", "startup", *TRAIN_STAGES, "reload")
+                               if n in stages}
+    update = stages.get("update", {})
+    peak = PEAK_BF16_FLOPS.get(next((k for k in PEAK_BF16_FLOPS if gpu and k in
+                                     report["device"]), ""), math.nan)
+    report["mfu"] = mfu_of(update, peak, cfg.processes)
+    rollout = stages.get("rollout", {})
+    report["tokens_per_s"] = {  # all processes together
+        "rollout": rollout["generated_tokens"] / rollout["seconds"]
+        if rollout.get("status") == "ok" else math.nan,
+        "update": update["tokens"] / update["seconds"] if update.get("status") == "ok"
+        else math.nan}
+    if not gpu:
+        report["memory"] = "not measured on CPU: peak_gb per stage is CUDA's allocator's"
+    report["flops_formula"] = ("6 N T + 6 L (heads x head_dim) sum_i s_i^2 per update, N = "
+                               "matmul parameters (layers + LM head), T = tokens, s_i = row "
+                               "lengths; peak " + (f"{peak:.3g}" if gpu else "n/a on CPU")
+                               + " FLOP/s per GPU, bf16 dense")
+    report["seconds"] = time.time() - t0
+    report["failures"] = failures(report, cfg.lr, STALE_FACTOR, NOISE_FACTOR)
+    text = json.dumps(report, indent=1, default=str)
+    atomic_file(out / "preflight.json", lambda tmp: tmp.write_text(text + "\n"))
+    return report
 
 
 def versions() -> dict[str, str]:
+    import platform
+
     import accelerate
     import transformers
     import trl
 
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "trl": trl.__version__,
-            "accelerate": accelerate.__version__,
-            "cuda": torch.version.cuda or "none"}
+    found = {"python": platform.python_version(), "torch": torch.__version__,
+             "transformers": transformers.__version__, "trl": trl.__version__,
+             "accelerate": accelerate.__version__, "cuda": torch.version.cuda or "none"}
+    if importlib.util.find_spec("vllm") is not None:
+        from importlib.metadata import PackageNotFoundError, version
 
+        try:
+            found["vllm"] = version("vllm")
+        except PackageNotFoundError:  # the CPU build's distribution name
+            found["vllm"] = version("vllm-cpu")
+    return found
 
-def build_model(shape: str, tok, device: str, dtype: torch.dtype, vocab: int):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    config = Qwen3Config(vocab_size=vocab, max_position_embeddings=4096,
-                         pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                         bos_token_id=None, **SHAPES[shape])
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = Qwen3ForCausalLM(config).to(dtype)
-    return model
-
-
-def hash_reward(prompts, completions, completion_ids, **_):
-    """Seeded hash-Bernoulli of the completion's token ids: 0/1 rewards with no grader."""
-    return [float(hashlib.sha256(str(list(ids)).encode()).digest()[0] % 2)
-            for ids in completion_ids]
-
-
-class Sink:
-    """Collects the trainer's rollout and update records, and the wall time of each step."""
-
-    def __init__(self) -> None:
-        self.rollouts: list[dict[str, Any]] = []
-        self.updates: list[dict[str, float]] = []
-
-    def rollout(self, **record: Any) -> None:
-        self.rollouts.append(record)
-
-    def update(self, metrics: dict[str, float], entropy_sum: float, entropy_n: int) -> None:
-        self.updates.append(metrics)
-
-
-def timed(fn, repeats: int = 3) -> float:
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    times = []
-    for _ in range(repeats):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def engine_run(cfg: GPUBenchConfig, shape: str, name: str, tok, device: str) -> dict[str, Any]:
-    """A few TRL-engine steps of one algorithm on one shape, then the probes on its last batch."""
-    from datasets import Dataset
-    from transformers import TrainerCallback
-
-    from repro.engines.core import sequence_weights
-    from repro.engines.trl_args import build_grpo_config
-    from repro.engines.trl_trainer import ReproGRPOTrainer
-    from repro.models import load
-    from repro.training.config import TrainConfig
-    from repro.training.logprobs import response_logprobs
-
-    gpu = device == "cuda"
-    dtype = torch.bfloat16 if gpu else torch.float32
-    vocab = QWEN3_VOCAB if not cfg.tiny else len(tok) + 61  # ids beyond the tokenizer, as at 151k
-    model = build_model(shape, tok, device, dtype, vocab)
-    n_params = sum(p.numel() for p in model.parameters())
-    algorithm, objective = ALGORITHMS[name]
-    tcfg = TrainConfig(model="random-init", algorithm=algorithm, objective=objective,
-                       prompts_per_step=cfg.prompts_per_step, group_size=cfg.group_size,
-                       minibatches=cfg.minibatches, max_new_tokens=cfg.max_new_tokens,
-                       steps=cfg.steps, lr=1e-6, seed=cfg.seed, engine="trl")
-    prompts = [tok.apply_chat_template([{"role": "user", "content": f"Problem {i}: {i}*{i + 3}?"}],
-                                       tokenize=False, add_generation_prompt=True)
-               for i in range(cfg.prompts_per_step * cfg.steps)]
-    work = Path(tempfile.mkdtemp(prefix="repro-bench-gpu-"))
-    from accelerate import PartialState
-
-    args = build_grpo_config(tcfg, out=work, world_size=PartialState().num_processes,
-                             steps=cfg.steps, half_precision=gpu, use_cpu=not gpu)
-    sink = Sink()
-    step_times: list[float] = []
-
-    class StepClock(TrainerCallback):
-        def on_step_begin(self, *a, **k):
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, *a, **k):
-            step_times.append(time.perf_counter() - self.t0)
-
-    if gpu:
-        torch.cuda.reset_peak_memory_stats()
-    trainer = ReproGRPOTrainer(model=model, processing_class=tok, args=args,
-                               reward_funcs=[hash_reward], callbacks=[StepClock()],
-                               train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
-                               repro=tcfg, sink=sink)
-    trainer.remove_callback(__import__("transformers").PrinterCallback)
-    trainer.train()
-    rollout_s = sum(r["seconds"] for r in sink.rollouts)
-    gen_tokens = sum(int(r["lengths"].sum()) for r in sink.rollouts)
-    parts = trainer._buffered_inputs
-    processed = sum(int(p["prompt_mask"].sum() + p["completion_mask"].sum()) for p in parts)
-    update_s = sum(step_times) - rollout_s
-    peak = PEAK_BF16_FLOPS.get(next((k for k in PEAK_BF16_FLOPS if gpu and k in
-                                     torch.cuda.get_device_name()), ""), math.nan)
-    first = sink.updates[0]
-    s_lo, s_hi = first.get("s_min", first["w_min"]), first.get("s_max", first["w_max"])
-
-    part = parts[0]
-    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-    ids = torch.cat([part["prompt_ids"], part["completion_ids"]], 1)
-    attn = torch.cat([part["prompt_mask"], part["completion_mask"]], 1)
-    width = part["completion_ids"].size(1)
-    mask = part["completion_mask"].bool()
-    trainer.current_gradient_accumulation_steps = 1
-
-    def trl_logp():
-        return trainer._get_per_token_logps_and_entropies(trainer.model, ids, attn, width)[0]
-
-    with torch.no_grad():
-        logp_trl = trl_logp()
-        resp = torch.cat([torch.zeros_like(part["prompt_mask"]), part["completion_mask"]], 1)
-        logp_native = response_logprobs(unwrapped, ids, attn, resp.bool(),
-                                        temperature=tcfg.temperature, with_entropy=False)[0]
-        logp_diff = float((logp_native[:, -width:] - logp_trl).abs()[mask].max())
-
-    def step(diagnostics: bool):
-        trainer.diagnostics = diagnostics
-        trainer._compute_loss(trainer.model, part).backward()
-        trainer.model.zero_grad(set_to_none=True)
-
-    def prepass():
-        with torch.no_grad():
-            logp = trl_logp()
-            old = part.get("old_per_token_logps")
-            sequence_weights(trainer.loss_cfg, logp, logp if old is None else old, mask,
-                             part["advantages"], part["group"])
-
-    with_diag, without = timed(lambda: step(True)), timed(lambda: step(False))
-    prepass_s = timed(prepass)
-    saved = work / "policy"
-    trainer.save_model(str(saved))
-    reload_diff = math.nan
-    if trainer.accelerator.is_main_process:
-        tok.save_pretrained(saved)
-        again, _ = load(saved, device=device)
-        probe = ids[:2, : min(ids.size(1), 64)]
-        with torch.no_grad():
-            reload_diff = float((again(input_ids=probe).logits.float()
-                                 - unwrapped(input_ids=probe).logits.float()).abs().max())
-    return {
-        "shape": shape, "algorithm": name, "params": n_params, "dtype": str(dtype),
-        "distributed_type": str(trainer.accelerator.distributed_type),
-        "rollout_tokens_per_s": gen_tokens / rollout_s,
-        "update_tokens_per_s": processed * cfg.steps / update_s,
-        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if gpu else math.nan,
-        "mfu_update": 6.0 * n_params * processed * cfg.steps / update_s / peak,
-        "diagnostics_overhead": with_diag / without - 1.0,
-        "prepass_overhead": prepass_s / without,
-        "max_abs_log_s_first_minibatch": max(abs(math.log(s_lo)), abs(math.log(s_hi))),
-        "asym": _nanmean([u["asym"] for u in sink.updates]),
-        "residual_full": _nanmean([u["residual_full"] for u in sink.updates]),
-        "max_abs_logp_diff_trl_vs_response_logprobs": logp_diff,
-        "save_reload_max_abs_logit_diff": reload_diff,
-        "rollout_s": rollout_s, "update_s": update_s,
-    }
-
-
-def fwdbwd(cfg: GPUBenchConfig, shape: str, tok, device: str) -> dict[str, Any]:
-    """One G-row group (prompt + max_new_tokens) through forward and backward, with gradient
-    checkpointing, no optimizer: sizes whole-group micro-steps for the largest shape."""
-    from repro.training.logprobs import response_logprobs
-
-    gpu = device == "cuda"
-    dtype = torch.bfloat16 if gpu else torch.float32
-    vocab = QWEN3_VOCAB if not cfg.tiny else len(tok)
-    model = build_model(shape, tok, device, dtype, vocab)
-    model.gradient_checkpointing_enable()
-    model.train()
-    length = 64 + cfg.max_new_tokens
-    ids = torch.randint(0, vocab, (cfg.group_size, length), device=device)
-    attn = torch.ones_like(ids)
-    resp = torch.zeros_like(ids, dtype=torch.bool)
-    resp[:, 64:] = True
-    if gpu:
-        torch.cuda.reset_peak_memory_stats()
-
-    def run():
-        logp, _ = response_logprobs(model, ids, attn, resp, with_entropy=False)
-        logp.sum().backward()
-        model.zero_grad(set_to_none=True)
-
-    seconds = timed(run, repeats=2)
-    return {"shape": shape, "params": sum(p.numel() for p in model.parameters()),
-            "tokens": int(ids.numel()), "seconds": seconds,
-            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if gpu else math.nan}
-
-
-def _nanmean(values: list[float]) -> float:
-    kept = [v for v in values if not math.isnan(v)]
-    return sum(kept) / len(kept) if kept else math.nan
-
-
-def run_gpu_bench(cfg: GPUBenchConfig) -> dict[str, Any]:
-    from repro.atomic import atomic_file
-    from repro.models.tokenizer import build_tokenizer
-
-    cfg = cfg.resolved()
-    start = time.perf_counter()
-    device = "cuda" if torch.cuda.is_available() and not cfg.tiny else "cpu"
-    tok = build_tokenizer(model_max_length=4096)
-    report: dict[str, Any] = {
-        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "measured_on_gpu": device == "cuda", "versions": versions(),
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
-        "runs": [], "fwdbwd": [], "skipped": [],
-    }
-    for shape in cfg.shapes:
-        for name in cfg.algorithms:
-            if time.perf_counter() - start > cfg.budget_s:
-                report["skipped"].append(f"{shape}/{name}: over budget_s")
-                continue
-            report["runs"].append(engine_run(cfg, shape, name, tok, device))
-            if device == "cuda":
-                torch.cuda.empty_cache()
-    for shape in cfg.fwdbwd_shapes:
-        if time.perf_counter() - start > cfg.budget_s:
-            report["skipped"].append(f"{shape}/fwdbwd: over budget_s")
-            continue
-        report["fwdbwd"].append(fwdbwd(cfg, shape, tok, device))
-    report["total_seconds"] = time.perf_counter() - start
-    text = json.dumps(report, indent=2, default=str)
-    Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-    atomic_file(Path(cfg.out), lambda tmp: tmp.write_text(text + "\n"))
-    return report

@@ -60,12 +60,14 @@ def launcher_env(processes: int) -> dict[str, str]:
                   "PYTHONPATH": os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])}
 
 
-def tiny_bf16_model(path: Path) -> Path:
+def tiny_bf16_model(path: Path, head_dim: int = 8) -> Path:
     """Random-init tiny Qwen3 stored in bf16; final norm x10 (sharper logits), so the early
-    tokens of a group coincide (shared nodes for asym / residual_full) and later ones differ."""
+    tokens of a group coincide (shared nodes for asym / residual_full) and later ones differ.
+    (`repro bench gpu --tiny` asks for head_dim 32: vLLM's CPU attention refuses 8.)"""
     from repro.models import TinyModelConfig, build_tiny
 
-    model, tok = build_tiny(TinyModelConfig(hidden_size=32, head_dim=8, intermediate_size=64))
+    model, tok = build_tiny(TinyModelConfig(hidden_size=32, head_dim=head_dim,
+                                            intermediate_size=64))
     with torch.no_grad():
         model.model.norm.weight.mul_(10.0)
     model.to(torch.bfloat16).save_pretrained(path)
@@ -73,9 +75,13 @@ def tiny_bf16_model(path: Path) -> Path:
     return path
 
 
+def torchrun_cmd(processes: int, module: str, args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",  # a free port
+            "--nproc_per_node", str(processes), "-m", module, *args]
+
+
 def torchrun(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",  # a free port
-           "--nproc_per_node", str(PROCESSES), "-m", "repro.bench.twin_worker", *args]
+    cmd = torchrun_cmd(PROCESSES, "repro.bench.twin_worker", args)
     with log.open("a") as sink:
         return subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,37 +45,73 @@ def _padded(parts: list[dict], key: str, left: bool) -> torch.Tensor:
                           else (0, width - p[key].size(1))) for p in parts])
 
 
-def reference(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
-    from accelerate import PartialState
-    from accelerate.utils import gather_object
-    from datasets import Dataset
-    from torch.distributed.tensor import DTensor
+@dataclass
+class Sharded:
+    """A TRL-engine trainer whose policy accelerate's FSDP2 prepare path has sharded."""
 
-    from repro.engines.fsdp import enable_cpu_fsdp2, mixed_precision, recipe_policy
+    dist: Any  # accelerate's PartialState
+    trainer: Any  # ReproGRPOTrainer, .model prepared
+    optimizer: Any  # AdamW at cfg.lr over the prepared (sharded) parameters
+    args: Any  # its GRPOConfig
+    prompts: list[str]  # the prompt set (P chat-formatted questions)
+    shim: bool  # whether the CPU FSDP2 shim was applied
+
+
+def sharded_trainer(cfg: Any, model_dir: Path, out: Path) -> Sharded:
+    """Load `model_dir` in float32 masters (the main process only, under ram-efficient loading),
+    build the TRL engine's trainer with hashed rewards, and shard it with the precision recipe
+    (shared by the twin's reference and `repro bench gpu`; no `trainer.train()`)."""
+    from accelerate import PartialState
+    from datasets import Dataset
+
+    from repro.engines.fsdp import (
+        enable_cpu_fsdp2,
+        mixed_precision,
+        ram_efficient_loading,
+        recipe_policy,
+    )
     from repro.engines.trl_args import build_grpo_config
-    from repro.engines.trl_trainer import ReproGRPOTrainer, split_whole_groups
+    from repro.engines.trl_trainer import ReproGRPOTrainer
     from repro.models import load
-    from repro.models.loader import MASTER_DTYPE
-    from repro.objectives import Minibatch, policy_loss
-    from repro.training.config import TrainConfig
-    from repro.training.logprobs import response_logprobs
+    from repro.models.loader import MASTER_DTYPE, load_for_sharding
 
     dist = PartialState()
-    cfg = TrainConfig(**config)
-    model, tok = load(model_dir, dtype=MASTER_DTYPE)
+    if dist.num_processes > 1 and ram_efficient_loading():
+        model, tok = load_for_sharding(model_dir, main_process=dist.is_main_process,
+                                       dtype=MASTER_DTYPE)
+    else:
+        model, tok = load(model_dir, dtype=MASTER_DTYPE)
     prompts = [tok.apply_chat_template([{"role": "user", "content": f"What is {i} + {i}?"}],
                                        tokenize=False, add_generation_prompt=True)
                for i in range(cfg.prompts_per_step)]
-    args = build_grpo_config(cfg, out=out.parent, world_size=dist.num_processes, steps=1,
-                             half_precision=mixed_precision() != "no", use_cpu=True)
+    args = build_grpo_config(cfg, out=out, world_size=dist.num_processes, steps=1,
+                             half_precision=mixed_precision() != "no",
+                             use_cpu=not torch.cuda.is_available())
     shim = enable_cpu_fsdp2()  # after GRPOConfig: TrainingArguments resets accelerate's state
     trainer = ReproGRPOTrainer(model=model, processing_class=tok, args=args,
                                reward_funcs=[_hashed_reward], repro=cfg,
                                train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]))
     recipe_policy(trainer.accelerator)
     optimizer = torch.optim.AdamW(trainer.model.parameters(), lr=cfg.lr)  # FSDP2 wants one
-    trainer.model, _ = trainer.accelerator.prepare(trainer.model, optimizer)
+    trainer.model, optimizer = trainer.accelerator.prepare(trainer.model, optimizer)
     trainer.model_wrapped = trainer.model
+    return Sharded(dist, trainer, optimizer, args, prompts, shim)
+
+
+def reference(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
+    from accelerate.utils import gather_object
+    from torch.distributed.tensor import DTensor
+
+    from repro.engines.trl_trainer import split_whole_groups
+    from repro.models import load
+    from repro.objectives import Minibatch, policy_loss
+    from repro.training.config import TrainConfig
+    from repro.training.logprobs import response_logprobs
+
+    cfg = TrainConfig(**config)
+    sharded = sharded_trainer(cfg, model_dir, out.parent)
+    dist, trainer, args, prompts, shim = (sharded.dist, sharded.trainer, sharded.args,
+                                          sharded.prompts, sharded.shim)
     policy = trainer.model
     # the sharded state at rest (after a forward, FSDP2 leaves the last group unsharded: bf16)
     params = list(policy.parameters())
