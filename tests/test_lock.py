@@ -74,3 +74,9 @@ def test_the_lock_is_closed_under_the_installed_packages_requirements():
             assert req.specifier.contains(pins[dep], prereleases=True), (
                 f"{LOCK}: {dep}=={pins[dep]} does not satisfy {name}'s {req}")
     assert checked > 0 or not pins
+
+
+def test_the_readmes_first_command_installs_under_the_lock():
+    first = next(line for line in (ROOT / "README.md").read_text().splitlines()
+                 if "snakemake --cores all" in line and "pip install" in line)
+    assert "-c constraints/tiny.txt" in first, first
