@@ -132,6 +132,8 @@ def load_for_sharding(
         model = AutoModelForCausalLM.from_config(
             config, **({} if dtype == "auto" else {"dtype": dtype}))
     model.tie_weights()  # each parameter was re-registered on meta, which unties them
+    if dtype != "auto":  # from_pretrained records it; from_config does not before transformers
+        model.config.dtype = dtype  # ~5.2x, so the processes' configs would disagree
     if generation is not None:
         model.generation_config = generation
     model.eval()
