@@ -26,14 +26,44 @@ def padded(parts: list[dict], key: str, side: str) -> torch.Tensor:
                           else (0, width - p[key].size(1))) for p in parts])
 
 
-def main(out: Path) -> None:
+def rolled_out_trainer(model, tok, cfg, state, out: Path):
+    """A ReproGRPOTrainer on `model` whose first rollout is done: each process generates for its
+    contiguous share of P prompts (different samples per process), then the same small random
+    step moves the policy on every process, so the updates are off-policy (s != 1) and DFPO's
+    transform acts. The rollout's minibatches are in `trainer._buffered_inputs`."""
     from datasets import Dataset
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_engine_trl import hashed, prompt_groups
+    from test_engine_trl import hashed
 
     from repro.engines.trl_args import build_grpo_config
     from repro.engines.trl_trainer import ReproGRPOTrainer
+
+    prompts = [tok.apply_chat_template([{"role": "user", "content": f"What is {i} + {i}?"}],
+                                       tokenize=False, add_generation_prompt=True)
+               for i in range(cfg.prompts_per_step)]
+    args = build_grpo_config(cfg, out=out, world_size=state.num_processes, steps=1,
+                             half_precision=False, use_cpu=True)
+    trainer = ReproGRPOTrainer(model=model, processing_class=tok, args=args, reward_funcs=[hashed],
+                               train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
+                               repro=cfg)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    n_local = cfg.prompts_per_step // state.num_processes
+    mine = prompts[state.process_index * n_local:(state.process_index + 1) * n_local]
+    torch.manual_seed(1 + state.process_index)  # different samples on each process
+    trainer._prepare_inputs([{"prompt": p} for p in mine for _ in range(cfg.group_size)])
+    policy = trainer.accelerator.unwrap_model(trainer.model)
+    with torch.no_grad():
+        for p in policy.parameters():  # off-policy, so DFPO's transform acts
+            p.add_(1e-2 * torch.randn(p.shape, generator=torch.Generator().manual_seed(7),
+                                      dtype=p.dtype))
+    return trainer
+
+
+def main(out: Path) -> None:
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_engine_trl import prompt_groups
+
     from repro.models import TinyModelConfig, build_tiny
     from repro.objectives import Minibatch, policy_loss
     from repro.training.config import TrainConfig
@@ -44,25 +74,8 @@ def main(out: Path) -> None:
     model = model.double()
     cfg = TrainConfig(model="unused", algorithm="dfpo", prompts_per_step=P, group_size=G,
                       minibatches=K, max_new_tokens=10, engine="trl")
-    prompts = [tok.apply_chat_template([{"role": "user", "content": f"What is {i} + {i}?"}],
-                                       tokenize=False, add_generation_prompt=True)
-               for i in range(P)]
-    args = build_grpo_config(cfg, out=out.parent, world_size=state.num_processes, steps=1,
-                             half_precision=False, use_cpu=True)
-    trainer = ReproGRPOTrainer(model=model, processing_class=tok, args=args, reward_funcs=[hashed],
-                               train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
-                               repro=cfg)
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1
-    n_local = P // state.num_processes
-    mine = prompts[state.process_index * n_local:(state.process_index + 1) * n_local]
-    torch.manual_seed(1 + state.process_index)  # different samples on each process
-    trainer._prepare_inputs([{"prompt": p} for p in mine for _ in range(G)])
+    trainer = rolled_out_trainer(model, tok, cfg, state, out.parent)
     policy = trainer.accelerator.unwrap_model(trainer.model)
-    with torch.no_grad():
-        for p in policy.parameters():  # off-policy, so DFPO's transform acts
-            p.add_(1e-2 * torch.randn(p.shape, generator=torch.Generator().manual_seed(7),
-                                      dtype=p.dtype))
     from accelerate.utils import gather_object
 
     result = {"whole_groups": True, "losses_2proc": [], "losses_1proc": [], "grad_diff": []}

@@ -22,17 +22,15 @@ KEYS = ("asym", "residual_full", "freq_energy")
 
 def main(out: Path) -> None:
     from accelerate.utils import gather_object
-    from datasets import Dataset
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from test_engine_trl import hashed, prompt_groups, tiny_qwen3
+    from test_engine_trl import prompt_groups, tiny_qwen3
     from test_engine_trl_accumulation import Sink, shared_prefixes
-    from trl_two_process import padded
+    from trl_two_process import padded, rolled_out_trainer
 
     from repro.diagnostics import cancellation_metrics, token_coefficients
     from repro.engines.trl import merge_micro_steps
-    from repro.engines.trl_args import build_grpo_config
-    from repro.engines.trl_trainer import ReproGRPOTrainer, whole_groups
+    from repro.engines.trl_trainer import whole_groups
     from repro.objectives import Minibatch, policy_loss
     from repro.training.config import TrainConfig
 
@@ -45,26 +43,8 @@ def main(out: Path) -> None:
         cfg = TrainConfig(model="unused", algorithm=algorithm, prompts_per_step=P, group_size=G,
                           minibatches=K, max_new_tokens=10, engine="trl",
                           trl_args={"gradient_accumulation_steps": ACCUM})
-        prompts = [tok.apply_chat_template([{"role": "user", "content": f"What is {i} + {i}?"}],
-                                           tokenize=False, add_generation_prompt=True)
-                   for i in range(P)]
-        args = build_grpo_config(cfg, out=out.parent / algorithm,
-                                 world_size=state.num_processes, steps=1, half_precision=False,
-                                 use_cpu=True)
-        trainer = ReproGRPOTrainer(
-            model=model, processing_class=tok, args=args, reward_funcs=[hashed],
-            train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]), repro=cfg)
-        trainer.model.train()
-        trainer.current_gradient_accumulation_steps = 1
-        n_local = P // state.num_processes
-        mine = prompts[state.process_index * n_local:(state.process_index + 1) * n_local]
-        torch.manual_seed(1 + state.process_index)  # different samples on each process
-        trainer._prepare_inputs([{"prompt": p} for p in mine for _ in range(G)])
+        trainer = rolled_out_trainer(model, tok, cfg, state, out.parent / algorithm)
         policy = trainer.accelerator.unwrap_model(trainer.model)
-        with torch.no_grad():  # the same off-policy step on both processes
-            gen = torch.Generator().manual_seed(7)
-            for p in policy.parameters():
-                p.add_(1e-2 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
         update = trainer._buffered_inputs[1]
         shared_prefixes(update)
         trainer.sink = Sink()
