@@ -304,10 +304,15 @@ def bench_gpu(
     for name, stage in report["stages"].items():
         extra = f" ({stage.get('reason', '')[:160]})" if stage.get("status") != "ok" else ""
         typer.echo(f"  {name:<13} {stage.get('status')}{extra}")
+    _close_report("repro bench gpu", out / "preflight.json", report, f"{report['device']}, ")
+
+
+def _close_report(command: str, path: Path, report: dict, prefix: str = "") -> None:
+    """Print a check-running bench's failures and its one-line summary; exit 1 on a failure."""
     for line in report["failures"]:
-        typer.echo(f"repro bench gpu: FAILED {line}", err=True)
-    typer.echo(f"repro bench gpu: {out / 'preflight.json'} ({report['device']}, "
-               f"{report['seconds']:.0f} s, {len(report['failures'])} failures)")
+        typer.echo(f"{command}: FAILED {line}", err=True)
+    typer.echo(f"{command}: {path} ({prefix}{report['seconds']:.0f} s, "
+               f"{len(report['failures'])} failures)")
     if report["failures"]:
         raise typer.Exit(1)
 
@@ -322,12 +327,7 @@ def bench_twin(
     from repro.bench.twin import run_twin
 
     report = run_twin(out)
-    for line in report["failures"]:
-        typer.echo(f"repro bench twin: FAILED {line}", err=True)
-    typer.echo(f"repro bench twin: {out / 'twin.json'} ({report['seconds']:.0f} s, "
-               f"{len(report['failures'])} failures)")
-    if report["failures"]:
-        raise typer.Exit(1)
+    _close_report("repro bench twin", out / "twin.json", report)
 
 
 @bench_app.command("coherence")
