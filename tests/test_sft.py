@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 
 import pytest
 import torch
@@ -17,10 +18,11 @@ from repro.training.sft import (
     allocate,
     collate,
     encode_demo,
-    lr_factor,
     run_sft,
     sft_step,
 )
+from repro.training.sft import GateMissed, _train
+from repro.training.sft_schedule import floor_factor, grouped_batches, lr_factor, plain_batches
 
 MICRO = TinyModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                         num_key_value_heads=1, head_dim=16, intermediate_size=64)
@@ -145,6 +147,9 @@ def test_same_seed_gives_identical_weights_and_fine_tunes_a_saved_model(tmp_path
         ("eval_n", -1),
         ("eval_temperature", -0.5),
         ("eval_max_new_tokens", 0),
+        ("group_by_length", 1),
+        ("gate_reward", 1.5),
+        ("max_steps", 2),
     ],
 )
 def test_bad_config_names_the_field(field, value):
@@ -154,3 +159,62 @@ def test_bad_config_names_the_field(field, value):
 
 def test_model_given_as_a_mapping_becomes_a_tiny_config():
     assert SFTConfig(model={"hidden_size": 32}).model == TinyModelConfig(hidden_size=32)
+
+
+def test_a_gate_needs_the_estimate():
+    with pytest.raises(ValueError, match=r"SFTConfig\.eval_n .*gate_reward"):
+        SFTConfig(gate_reward=0.2, eval_n=0)
+
+
+def test_the_floor_schedule_is_the_cosine_then_its_floor():
+    assert [floor_factor(s, 2, 10) for s in range(10)] == [lr_factor(s, 2, 10) for s in range(10)]
+    assert floor_factor(10, 2, 10) == floor_factor(500, 2, 10) == lr_factor(9, 2, 10)
+
+
+def test_grouped_batches_see_every_demo_once_per_epoch_with_little_padding():
+    """Stage 1's mix: ~3.5% long demos (synth-lcb) among ~200-token ones; plain batches of 8
+    pad a quarter of the batches to the long width, grouped ones almost none."""
+    rng = random.Random(0)
+    lengths = [rng.randint(160, 210) if rng.random() > 0.035 else rng.randint(700, 815)
+               for _ in range(2000)]
+
+    def real_share(epoch: list[list[int]]) -> float:
+        return (sum(lengths[i] for b in epoch for i in b)
+                / sum(len(b) * max(lengths[i] for i in b) for b in epoch))
+
+    grouped = grouped_batches(lengths, 8, seed=3)
+    epoch = [next(grouped) for _ in range(len(lengths) // 8)]
+    assert sorted(i for b in epoch for i in b) == list(range(len(lengths)))
+    plain = plain_batches(len(lengths), 8, seed=3)
+    assert real_share(epoch) > 0.9 > 0.75 > real_share([next(plain) for _ in epoch])
+    assert epoch != [next(grouped) for _ in epoch]  # the next epoch is reshuffled
+
+
+def _toy_examples(tok, n=8):
+    demos = synthetic_demonstrations("synth-aime", "train", n, 0)
+    return [encode_demo(tok, d["messages"], 1024) for d in demos]
+
+
+def test_a_gate_keeps_training_at_the_floor_until_the_estimate_passes(tok):
+    readings = iter([0.1, 0.2, 0.5, 0.9])
+    model, _ = build_tiny(MICRO)
+    cfg = micro_cfg(steps=4, gate_reward=0.4, gate_every=3, max_steps=12, eval_n=4)
+    out = _train(model, tok.pad_token_id, _toy_examples(tok), cfg,
+                 lambda: {"mean": next(readings)})
+    assert out["gate_checks"] == [[4, 0.1], [7, 0.2], [10, 0.5]]
+    assert out["steps_run"] == 10 and out["gated_reward"] == {"mean": 0.5}
+
+
+def test_a_gate_missed_at_the_cap_fails_and_writes_no_model(tok, tmp_path, monkeypatch):
+    model, _ = build_tiny(MICRO)
+    cfg = micro_cfg(steps=4, gate_reward=0.4, gate_every=2, max_steps=8, eval_n=4)
+    with pytest.raises(GateMissed, match=r"best 0\.300 at step 6\) < gate_reward 0\.4"):
+        _train(model, tok.pad_token_id, _toy_examples(tok), cfg,
+               lambda r=iter([0.1, 0.3, 0.2]): {"mean": next(r)})
+    import repro.training.sft as sft
+
+    monkeypatch.setattr(sft, "estimate_reward", lambda *a: {"mean": 0.0})
+    with pytest.raises(GateMissed):
+        run_sft(micro_cfg(steps=2, gate_reward=0.5, gate_every=1, max_steps=3, eval_n=2,
+                          eval_max_new_tokens=2), tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -22,10 +22,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import random
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -47,14 +46,14 @@ from repro.tasks import (
     synthetic_size,
 )
 from repro.tasks.base import Probe
+from repro.training.sft_schedule import floor_factor, grouped_batches, plain_batches
 
 IGNORE = -100  # label of tokens that carry no loss (prompt, padding)
 METRICS_FILE = "sft_metrics.json"
-MIN_LR_RATIO = 0.1  # cosine decays to this fraction of lr: late steps still learn a little
 _EVAL_BATCH = 64  # prompts per generate call of the train-reward estimate
 _CURVE_POINTS = 25  # loss-curve points kept in the metrics
 _INT_FLOORS = {"n_demos": 1, "steps": 1, "batch_size": 1, "warmup": 0, "max_len": 2, "seed": 0,
-               "eval_n": 0, "eval_max_new_tokens": 1}
+               "eval_n": 0, "eval_max_new_tokens": 1, "gate_every": 1, "max_steps": 0}
 
 
 @dataclass
@@ -88,6 +87,19 @@ class SFTConfig:
     eval_max_new_tokens: int = field(
         default=256, metadata={"help": "Generation budget per sample of the estimate."}
     )
+    group_by_length: bool = field(
+        default=False, metadata={"help": "Batches of similar lengths (transformers' "
+                                         "group_by_length): ~2x cheaper on stage 1's mix, but it "
+                                         "learned slower there (docs/sft-robustness.md)."})
+    gate_reward: float = field(
+        default=0.0, metadata={"help": "0 = stop after `steps`. > 0: if the train-reward "
+                                       "estimate at `steps` is below this, go on at the "
+                                       "cosine's floor lr, estimating every `gate_every` steps, "
+                                       "until it passes; a miss at `max_steps` is an error and "
+                                       "no model is written."})
+    gate_every: int = field(default=500, metadata={"help": "Steps between gate estimates."})
+    max_steps: int = field(
+        default=0, metadata={"help": "Cap on steps under a gate (0 = 2 x steps)."})
 
     def __post_init__(self) -> None:
         if isinstance(self.model, Mapping):
@@ -109,6 +121,15 @@ class SFTConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 _fail(name, f"must be an int >= {low}", value)
+        if not isinstance(self.group_by_length, bool):
+            _fail("group_by_length", "must be true or false", self.group_by_length)
+        if not isinstance(self.gate_reward, (int, float)) or not 0 <= self.gate_reward <= 1:
+            _fail("gate_reward", "must be a number in [0, 1] (0 = no gate)", self.gate_reward)
+        if self.gate_reward and self.eval_n == 0:
+            _fail("eval_n", "must be > 0 when gate_reward is set (the gate is an estimate)",
+                  self.eval_n)
+        if self.max_steps and self.max_steps < self.steps:
+            _fail("max_steps", f"must be 0 or >= steps ({self.steps})", self.max_steps)
         for name in ("lr", "grad_clip", "weight_decay", "eval_temperature"):
             value, strict = getattr(self, name), name in ("lr", "grad_clip")
             if not isinstance(value, (int, float)) or not 0 <= value < math.inf or \
@@ -183,26 +204,6 @@ def sft_step(
     return float(loss.detach())
 
 
-def lr_factor(step: int, warmup: int, steps: int) -> float:
-    """Linear warm-up to 1, then cosine decay to MIN_LR_RATIO at the last step."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, steps - warmup)
-    return MIN_LR_RATIO + (1 - MIN_LR_RATIO) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
-def _batches(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
-    """Endless seeded epochs of shuffled indices, cut into batches across epoch boundaries."""
-    rng, stream = random.Random(seed), []
-    while True:
-        while len(stream) < batch_size:
-            order = list(range(n))
-            rng.shuffle(order)
-            stream.extend(order)
-        yield stream[:batch_size]
-        stream = stream[batch_size:]
-
-
 def _make_grader(task: str) -> Any:
     """The task's real grader; code needs a working sandbox, checked before any training."""
     if get_benchmark(task).grader == "math":
@@ -265,31 +266,60 @@ def estimate_reward(
             "n_seen": sum(in_sft), "forms": {k: forms[k] for k in ("A", "B", "other")}}
 
 
+class GateMissed(RuntimeError):
+    """Stage-1 SFT reached its step cap without passing its quality gate."""
+
+
 def _train(
     model: PreTrainedModel, pad_id: int, examples: list[tuple[list[int], list[int]]],
-    cfg: SFTConfig,
+    cfg: SFTConfig, estimate: Callable[[], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The optimisation loop: AdamW (no decay on norms), warm-up + cosine, clipped gradients."""
-    torch.manual_seed(cfg.seed)  # the data order is seeded separately, in _batches
+    """The optimisation loop: AdamW (no decay on norms), warm-up + cosine, clipped gradients.
+
+    With `cfg.gate_reward`, `estimate()` (the train-reward estimate) is read at `steps`; below
+    the gate, training goes on at the cosine's floor rate and reads it every `gate_every` steps
+    until it passes. A miss at the cap raises GateMissed, naming the best estimate.
+    """
+    torch.manual_seed(cfg.seed)  # the data order is seeded separately, by the batch stream
     model.train()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]  # norms: decay would shrink them
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, cfg.warmup, cfg.steps))
-    losses, tokens, target_tokens = [], 0, 0
-    batches = _batches(len(examples), cfg.batch_size, cfg.seed)
+        optimizer, lambda s: floor_factor(s, cfg.warmup, cfg.steps))
+    cap = (cfg.max_steps or 2 * cfg.steps) if cfg.gate_reward else cfg.steps
+    losses, tokens, target_tokens, checks = [], 0, 0, []
+    reward: dict[str, Any] | None = None
+    batches = (grouped_batches([len(ids) for ids, _ in examples], cfg.batch_size, cfg.seed)
+               if cfg.group_by_length else plain_batches(len(examples), cfg.batch_size, cfg.seed))
     start = time.perf_counter()
-    bar = tqdm(range(cfg.steps), desc="sft", unit="step")
-    for step in bar:
+    bar = tqdm(total=cfg.steps, desc="sft", unit="step")
+    step = 0
+    while step < cfg.steps or (cfg.gate_reward and reward["mean"] < cfg.gate_reward):
+        if step >= cap:
+            best = max(checks, key=lambda c: c[1])
+            raise GateMissed(
+                f"SFT gate missed: train reward {reward['mean']:.3f} after the cap of "
+                f"{cap} steps (best {best[1]:.3f} at step {best[0]}) < gate_reward "
+                f"{cfg.gate_reward}; raise max_steps or lower gate_reward")
         batch = collate([examples[i] for i in next(batches)], pad_id)
         losses.append(sft_step(model, optimizer, batch, cfg.grad_clip))
         scheduler.step()
         tokens += int(batch["attention_mask"].sum())
         target_tokens += int((batch["labels"] != IGNORE).sum())
-        if step % 10 == 0 or step == cfg.steps - 1:
+        step += 1
+        bar.update()
+        if step % 10 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        if cfg.gate_reward and step >= cfg.steps and (step - cfg.steps) % cfg.gate_every == 0:
+            model.eval()
+            reward = estimate()  # type: ignore[misc]
+            model.train()
+            checks.append([step, reward["mean"]])
+            bar.write(f"sft gate: step {step}, train reward {reward['mean']:.3f} "
+                      f"(gate {cfg.gate_reward})")
+    bar.close()
     seconds = time.perf_counter() - start
     model.eval()
     tail = losses[-max(1, len(losses) // 10):]
@@ -297,6 +327,7 @@ def _train(
     return {
         "loss": {"first": losses[0], "final": sum(tail) / len(tail), "min": min(losses),
                  "curve": [[s, losses[s]] for s in range(0, len(losses), every)]},
+        "steps_run": step, "gate_checks": checks, "gated_reward": reward,
         "tokens": tokens, "target_tokens": target_tokens, "tokens_per_s": tokens / seconds,
         "train_time_s": seconds,
     }
@@ -334,11 +365,12 @@ def run_sft(cfg: SFTConfig, out_dir: str | Path) -> dict[str, Any]:
             "n_params": sum(p.numel() for p in model.parameters()),
             "n_demos": len(kept), "n_dropped_too_long": len(demos) - len(kept),
             "demo_forms": dict(Counter(d["form"] for d, _ in kept)),
-            **_train(model, tok.pad_token_id, [e for _, e in kept], cfg),
+            **_train(model, tok.pad_token_id, [e for _, e in kept], cfg,
+                     lambda: estimate_reward(model, tok, cfg, graders, seen)),
         }
-        eval_start = time.perf_counter()
-        metrics["train_reward"] = (estimate_reward(model, tok, cfg, graders, seen)
-                                   if cfg.eval_n else None)
+        eval_start = time.perf_counter()  # under a gate, its last estimate is the final one
+        metrics["train_reward"] = metrics.pop("gated_reward") or (
+            estimate_reward(model, tok, cfg, graders, seen) if cfg.eval_n else None)
         metrics["eval_time_s"] = time.perf_counter() - eval_start
     finally:
         for grader in graders.values():
