@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from repro.models import load
+from repro.objectives import algorithm_names
 from repro.results import TRAIN_LOG, read_table
 from repro.training import rollout
 from repro.training.config import TrainConfig, load_train_config
@@ -44,8 +45,8 @@ def small(model, **kw) -> dict:
     return base | kw
 
 
-ALGORITHMS = [("grpo", {}), ("grpo_fix", {}), ("gspo", {}), ("dfpo", {"transform": "min_replace"}),
-              ("dfpo", {"transform": "orth_proj"})]
+# every registered algorithm with its defaults (DFPO: min_replace), and DFPO's projection
+ALGORITHMS = [(name, {}) for name in algorithm_names()] + [("dfpo", {"transform": "orth_proj"})]
 
 
 @pytest.mark.parametrize(("algorithm", "objective"), ALGORITHMS)
@@ -259,6 +260,7 @@ def test_resume_only_from_the_same_config_and_fingerprint(tiny_model, tmp_path, 
 
 def test_export_copies_log_and_one_policy_per_budget_fraction(tiny_model, tmp_path, hashed):
     from repro.models import load
+from repro.objectives import algorithm_names
     from repro.training.export import export_run
 
     cfg = TrainConfig(**small(tiny_model, steps=4, checkpoint_fractions=[0.5, 1.0]))
