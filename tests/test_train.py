@@ -260,7 +260,6 @@ def test_resume_only_from_the_same_config_and_fingerprint(tiny_model, tmp_path, 
 
 def test_export_copies_log_and_one_policy_per_budget_fraction(tiny_model, tmp_path, hashed):
     from repro.models import load
-from repro.objectives import algorithm_names
     from repro.training.export import export_run
 
     cfg = TrainConfig(**small(tiny_model, steps=4, checkpoint_fractions=[0.5, 1.0]))

@@ -92,7 +92,7 @@ def policy_loss(
     algorithm = get_algorithm(cfg.name)
     if algorithm.couples_groups and batch.seq_weight is None:
         try:
-            batch.groups
+            batch.present_groups.require_size(2)
         except ValueError as err:
             raise ValueError(
                 f"{cfg.name} couples the members of a group, so its minibatch needs whole groups "

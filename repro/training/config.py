@@ -29,7 +29,8 @@ ENGINES = ("native", "trl")
 class TrainConfig:
     model: str = field(default="", metadata={"help": "SFT checkpoint folder or hub id to start from."})
     algorithm: str = field(default="dfpo", metadata={
-        "help": f"Objective, a name in repro.objectives' registry: {', '.join(algorithm_names())}."})
+        "help": f"Objective, a name in repro.objectives' registry: {', '.join(algorithm_names())}."
+    })
     objective: dict[str, Any] = field(
         default_factory=dict,
         metadata={"help": "Overrides of the algorithm's config, e.g. {transform: orth_proj}."},
