@@ -92,7 +92,7 @@ def policy_loss(
     algorithm = get_algorithm(cfg.name)
     if algorithm.couples_groups and batch.seq_weight is None:
         try:
-            batch.present_groups.require_size(2)
+            _ = batch.groups  # refuses a group with one row here (and is cached for the loss)
         except ValueError as err:
             raise ValueError(
                 f"{cfg.name} couples the members of a group, so its minibatch needs whole groups "
