@@ -102,7 +102,11 @@ def check_dataclass_blocks() -> None:
 
     check_fields(TrainConfig, config["train"], "config train: ")
     for label, entry in config["algorithms"].items():
-        check_fields(get_algorithm(entry["algorithm"]).config_cls, entry.get("objective", {}),
+        try:  # the registry is the list of algorithms (the schema keeps no copy)
+            algorithm = get_algorithm(entry["algorithm"])
+        except ValueError as err:
+            raise ValueError(f"config algorithms.{label}.algorithm: {err}") from None
+        check_fields(algorithm.config_cls, entry.get("objective", {}),
                      f"config algorithms.{label}.objective: ")
     sft_blocks = {key: e["sft"] for key, e in config["models"].items() if e["source"] == "sft"}
     if sft_blocks:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from repro.engines.core import global_normalisers, loss_and_diagnostics, sequence_weights
-from repro.objectives import make_config
+from repro.objectives import algorithm_names, make_config
 
 B, T, G = 8, 6, 4
 
@@ -66,7 +66,7 @@ def test_dfpo_split_group_without_weights_differs():
     assert (halves - whole).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("name", ["grpo", "grpo_fix", "gspo", "dfpo"])
+@pytest.mark.parametrize("name", algorithm_names())
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
 def test_world_size_undoes_ddp_averaging(name, agg):
     """Two processes, each one piece, gradients averaged (DDP): equal to the whole batch."""

@@ -16,7 +16,13 @@ trl = pytest.importorskip("trl")
 from repro.engines.trl_args import OWNED, REFUSED, build_grpo_config, check_grpo_args  # noqa: E402
 from repro.engines.trl_trainer import ReproGRPOTrainer, whole_groups  # noqa: E402
 from repro.models import TinyModelConfig, build_tiny, load  # noqa: E402
-from repro.objectives import AdvantageConfig, Minibatch, group_advantages, policy_loss  # noqa: E402
+from repro.objectives import (  # noqa: E402
+    AdvantageConfig,
+    Minibatch,
+    algorithm_names,
+    group_advantages,
+    policy_loss,
+)
 from repro.results import TRAIN_LOG, read_table  # noqa: E402
 from repro.training import rollout  # noqa: E402
 from repro.training.config import TrainConfig  # noqa: E402
@@ -26,9 +32,10 @@ from repro.training.loop import train  # noqa: E402
 from train_helpers import hashed_rewards, sharpened_tiny_policy  # noqa: E402
 
 P, G, K = 4, 4, 2
-ALGORITHMS = [("grpo", {}), ("grpo_fix", {}), ("gspo", {}), ("dfpo", {"transform": "min_replace"}),
-              ("dfpo", {"transform": "orth_proj"}),
-              ("dfpo", {"transform": "orth_proj", "sequence_ratio": "product"})]
+# every registered algorithm with its defaults (DFPO: min_replace), and DFPO's projection
+ALGORITHMS = [(name, {}) for name in algorithm_names()] + [
+    ("dfpo", {"transform": "orth_proj"}),
+    ("dfpo", {"transform": "orth_proj", "sequence_ratio": "product"})]
 
 
 def hashed(prompts, completions, **_):

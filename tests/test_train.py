@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from repro.models import load
+from repro.objectives import algorithm_names
 from repro.results import TRAIN_LOG, read_table
 from repro.training import rollout
 from repro.training.config import TrainConfig, load_train_config
@@ -44,8 +45,8 @@ def small(model, **kw) -> dict:
     return base | kw
 
 
-ALGORITHMS = [("grpo", {}), ("grpo_fix", {}), ("gspo", {}), ("dfpo", {"transform": "min_replace"}),
-              ("dfpo", {"transform": "orth_proj"})]
+# every registered algorithm with its defaults (DFPO: min_replace), and DFPO's projection
+ALGORITHMS = [(name, {}) for name in algorithm_names()] + [("dfpo", {"transform": "orth_proj"})]
 
 
 @pytest.mark.parametrize(("algorithm", "objective"), ALGORITHMS)

@@ -8,7 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_transforms import brute_force_projection
 
-from repro.objectives import TRANSFORMS, Groups, apply_transform, group_advantages
+from repro.objectives import (
+    TRANSFORMS,
+    Groups,
+    apply_transform,
+    cancelling_transforms,
+    group_advantages,
+)
 
 
 def one_group(w, r):
@@ -65,7 +71,7 @@ def test_min_replace_and_global_scale_values():
     assert torch.equal(apply_transform("identity", w, adv, groups), w)
 
 
-@pytest.mark.parametrize("name", ["min_replace", "orth_proj", "orth_proj_plain"])
+@pytest.mark.parametrize("name", cancelling_transforms())
 def test_on_policy_weights_are_unchanged(name):
     """s == 1 (first minibatch after a rollout): the transform is the identity."""
     w, a, groups = one_group([1.0] * 5, [1.0, 0.0, 0.0, 1.0, 0.0])
@@ -108,6 +114,6 @@ def test_cancelling_transforms_zero_the_weighted_advantage_sum(sizes, data):
     r = torch.tensor(data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n)))
     adv, _ = group_advantages(r, group)
     groups = Groups.from_ids(group)
-    for name in ("min_replace", "orth_proj", "orth_proj_plain"):
+    for name in cancelling_transforms():
         wt = apply_transform(name, w, adv.double(), groups)
         assert float(groups.sum(wt * adv.double()).abs().max()) <= 1e-6

@@ -33,32 +33,32 @@ from torch import Tensor
 
 from repro.bench.report import print_objectives_report
 from repro.objectives import (
+    TRANSFORMS,
     Groups,
     Minibatch,
+    algorithm_names,
     apply_transform,
     group_advantages,
     make_config,
     policy_loss,
 )
 
-# (case label, algorithm, config overrides): every case of the loss + backward measurement.
+# (case label, algorithm, config overrides): every case of the loss + backward measurement,
+# from the registries: each algorithm with its defaults, DFPO once per transform that changes w
+# (identity is GSPO's weights without the clip, nothing to time), so a new algorithm or
+# transform is measured with no edit here.
+TRANSFORM_CASES = tuple(name for name in TRANSFORMS if name != "identity")
 LOSS_CASES: tuple[tuple[str, str, dict[str, Any]], ...] = (
-    ("grpo", "grpo", {}),
-    ("grpo_fix", "grpo_fix", {}),
-    ("gspo", "gspo", {}),
-    ("dfpo+min_replace", "dfpo", {"transform": "min_replace"}),
-    ("dfpo+orth_proj", "dfpo", {"transform": "orth_proj"}),
-    ("dfpo+orth_proj_plain", "dfpo", {"transform": "orth_proj_plain"}),
-    ("dfpo+global_scale", "dfpo", {"transform": "global_scale"}),
+    *((name, name, {}) for name in algorithm_names() if name != "dfpo"),
+    *((f"dfpo+{name}", "dfpo", {"transform": name}) for name in TRANSFORM_CASES),
 )
 BASELINE = "gspo"
 LOSS_RATIO_MAX = 1.15  # acceptance: DFPO (min_replace, orth_proj) <= 1.15x GSPO
 LOSS_ACCEPT_CASES = ("dfpo+min_replace", "dfpo+orth_proj")
 
-# Transforms timed alone. "orth_proj/wide_w" feeds weights spread widely enough that the
-# unconstrained projection goes negative, so the bisection (active-set) path runs; it is
-# reported for information, the acceptance is on the input (w = exp(0.05 z)).
-TRANSFORM_CASES = ("min_replace", "orth_proj", "orth_proj_plain", "global_scale")
+# Transforms timed alone: TRANSFORM_CASES. "orth_proj/wide_w" feeds weights spread widely enough
+# that the unconstrained projection goes negative, so the bisection (active-set) path runs; it
+# is reported for information, the acceptance is on the input (w = exp(0.05 z)).
 WIDE_CASE = "orth_proj/wide_w"
 TRANSFORM_ACCEPT_CASES = ("min_replace", "orth_proj")
 SCALING_BAND = (0.5, 1.5)  # x (largest / smallest group count): 8x..24x for 65,536 vs 4,096

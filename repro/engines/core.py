@@ -20,8 +20,7 @@ from repro.diagnostics import (
     cancellation_metrics,
     token_coefficients,
 )
-from repro.objectives import DFPOConfig, Groups, LossConfig, Minibatch, Normalisers, policy_loss
-from repro.objectives.dfpo import dfpo_weights
+from repro.objectives import LossConfig, Minibatch, Normalisers, get_algorithm, policy_loss
 from repro.objectives.kl import k3_kl_penalty
 
 
@@ -72,17 +71,17 @@ def loss_and_diagnostics(
 def sequence_weights(
     cfg: LossConfig, logp: Tensor, logp_old: Tensor, mask: Tensor, adv: Tensor, group: Tensor
 ) -> Tensor | None:
-    """The no-grad pre-pass: DFPO's w~ over whole groups (all rows of every group present,
-    e.g. gathered across processes), to be sliced into `seq_weight` of each piece. None for
-    objectives whose per-sequence terms need no other member of the group. s is read as the
-    config's `sequence_ratio` says, as in the loss, so every engine gets the same weights."""
-    if not isinstance(cfg, DFPOConfig):
+    """The no-grad pre-pass: the algorithm's `group_weights` (DFPO's w~) over whole groups (all
+    rows of every group present, e.g. gathered across processes), to be sliced into
+    `seq_weight` of each piece. None for objectives that do not couple a group's members
+    (their per-sequence terms need no other member). The hook reads s as the loss does (DFPO:
+    the config's `sequence_ratio`), so every engine gets the same weights."""
+    group_weights = get_algorithm(cfg.name).group_weights
+    if group_weights is None:
         return None
     with torch.no_grad():
         mb = Minibatch(logp.detach(), logp_old, mask, adv, group)
-        log_s = mb.seq_log_ratio(cfg.sequence_ratio)
-        w_t, _, _ = dfpo_weights(cfg, log_s, mb.advantages, Groups.from_ids(group))
-    return w_t.detach()
+        return group_weights(cfg, mb).detach()
 
 
 def global_normalisers(mask: Tensor, all_reduce_sum=None) -> Normalisers:

@@ -26,7 +26,7 @@ from trl import GRPOTrainer
 from repro.diagnostics import UpdateDiagnostics
 from repro.engines.core import global_normalisers, loss_and_diagnostics, sequence_weights
 from repro.engines.trl_args import check_grpo_args
-from repro.objectives import AdvantageConfig, DFPOConfig, group_advantages
+from repro.objectives import AdvantageConfig, get_algorithm, group_advantages
 from repro.training.config import TrainConfig
 
 PER_ROW = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages",
@@ -165,10 +165,12 @@ class ReproGRPOTrainer(GRPOTrainer):
         return self.accelerator.reduce(counts.to(self.accelerator.device), "sum")
 
     def _prepass(self, minibatch: dict[str, Any], chunk: int) -> Tensor | None:
-        """DFPO's w~ of the whole local minibatch (whole groups) under the current policy. The
-        no-grad forward runs `chunk` rows at a time (the micro-step size), so its activation
-        peak is no larger than a micro-step's."""
-        if not isinstance(self.loss_cfg, DFPOConfig):
+        """The objective's group weights (DFPO's w~, `sequence_weights`) of the whole local
+        minibatch (whole groups) under the current policy. The no-grad forward runs `chunk`
+        rows at a time (the micro-step size), so its activation peak is no larger than a
+        micro-step's. None, with no forward, for an objective that does not couple a group's
+        members."""
+        if not get_algorithm(self.loss_cfg.name).couples_groups:
             return None
         ids = torch.cat([minibatch["prompt_ids"], minibatch["completion_ids"]], 1)
         attn = torch.cat([minibatch["prompt_mask"], minibatch["completion_mask"]], 1)
@@ -190,9 +192,9 @@ class ReproGRPOTrainer(GRPOTrainer):
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         group = inputs["group"]
         if (not whole_groups(group, self.num_generations) and inputs.get("seq_weight") is None
-                and isinstance(self.loss_cfg, DFPOConfig)):
-            raise RuntimeError(f"micro-batch holds partial groups {group.tolist()} and no "
-                               "precomputed DFPO weights (seq_weight)")
+                and get_algorithm(self.loss_cfg.name).couples_groups):
+            raise RuntimeError(f"{self.loss_cfg.name}: micro-batch holds partial groups "
+                               f"{group.tolist()} and no precomputed weights (seq_weight)")
         logp, entropy, aux = self._get_per_token_logps_and_entropies(
             model, torch.cat([prompt_ids, completion_ids], 1),
             torch.cat([prompt_mask, completion_mask], 1), completion_ids.size(1),

@@ -3,9 +3,14 @@
 The trainer, the diagnostics, the theory experiment and the benchmarks all call
 `policy_loss(cfg, Minibatch(...))`; nothing else derives a loss. Formulas and decisions:
 docs/objectives.md.
+
+Every module of this package is imported here, so an algorithm file dropped into it registers
+itself (`@register_algorithm`) with no other edit: the registry is the one list of algorithms.
 """
 
-from repro.objectives import dfpo, grpo, grpo_fix, gspo  # noqa: F401  (register algorithms)
+import importlib
+import pkgutil
+
 from repro.objectives.advantages import AdvantageConfig, group_advantages
 from repro.objectives.aggregation import Normalisers, aggregate
 from repro.objectives.base import AGG_MODES, LossConfig, Minibatch
@@ -22,7 +27,15 @@ from repro.objectives.registry import (
     policy_loss,
     register_algorithm,
 )
-from repro.objectives.transforms import TRANSFORMS, apply_transform
+from repro.objectives.transforms import (
+    TRANSFORMS,
+    apply_transform,
+    cancelling_transforms,
+    register_transform,
+)
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
     "AGG_MODES",
@@ -40,10 +53,12 @@ __all__ = [
     "aggregate",
     "algorithm_names",
     "apply_transform",
+    "cancelling_transforms",
     "dfpo_weights",
     "get_algorithm",
     "group_advantages",
     "make_config",
     "policy_loss",
     "register_algorithm",
+    "register_transform",
 ]

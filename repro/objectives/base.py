@@ -55,8 +55,10 @@ class LossConfig:
 class Minibatch:
     """One optimizer minibatch of B responses padded to T tokens.
 
-    logp carries the graph; logp_old is the behaviour policy (detached here). Groups must be
-    whole inside a minibatch for the objectives that look across a group (DFPO).
+    logp carries the graph; logp_old is the behaviour policy (detached here). A minibatch may
+    cut groups (micro-batches of verl or TRL do) for objectives whose per-sequence terms need no
+    other member of the group (GRPO, GRPO-fix, GSPO); the ones that couple a group's members
+    (DFPO) need whole groups, or `seq_weight` computed over them (`Algorithm.group_weights`).
     """
 
     logp: Tensor  # [B, T] float, log pi_theta of the response tokens
@@ -93,8 +95,16 @@ class Minibatch:
             object.__setattr__(self, "seq_weight", self.seq_weight.detach())
 
     @cached_property
+    def present_groups(self) -> Groups:
+        """The groups as far as this minibatch holds them (a cut group may have one row here)."""
+        return Groups.from_ids(self.group, min_size=1)
+
+    @cached_property
     def groups(self) -> Groups:
-        return Groups.from_ids(self.group)
+        """The groups, each with at least two rows: for computations across a group's members,
+        which a group cut to one row here would silently get wrong."""
+        self.present_groups.require_size(2)
+        return self.present_groups
 
     @property
     def dtype(self) -> torch.dtype:

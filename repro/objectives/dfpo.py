@@ -90,7 +90,15 @@ def ratio_and_weight(cfg: DFPOConfig, log_s: Tensor) -> tuple[Tensor, Tensor]:
     return (s.clamp(*cfg.weight_clip) if cfg.weight_clip else s), s
 
 
-@register_algorithm(DFPOConfig)
+def dfpo_group_weights(cfg: DFPOConfig, batch: Minibatch) -> Tensor:
+    """The registry's `group_weights` hook: w~ of every row over the batch's whole groups, for
+    the engines' no-grad pre-pass (what couples DFPO's group members)."""
+    log_s = batch.seq_log_ratio(cfg.sequence_ratio)
+    w_t, _, _ = dfpo_weights(cfg, log_s, batch.advantages, batch.groups)
+    return w_t.detach()
+
+
+@register_algorithm(DFPOConfig, group_weights=dfpo_group_weights)
 def dfpo_loss(
     cfg: DFPOConfig, batch: Minibatch, norm: Normalisers | None = None
 ) -> tuple[Tensor, dict[str, float]]:

@@ -17,6 +17,7 @@ from torch import Tensor
 class Groups:
     """Compact group structure of a batch of B rows."""
 
+    ids: Tensor  # [n] the distinct group ids, sorted
     index: Tensor  # [B] long: compact group index of each row, in [0, n)
     n: int  # number of distinct groups
     sizes: Tensor  # [n] long: rows per group
@@ -26,7 +27,9 @@ class Groups:
         """Build from arbitrary integer ids; every group must have at least `min_size` rows.
 
         A group of one has no intra-group baseline (GRPO-style centring gives it A = 0 or, as in
-        verl, its raw reward), so it is almost always a batching bug: refuse it loudly.
+        verl, its raw reward), so where whole groups are expected it is almost always a batching
+        bug: refuse it loudly. `min_size=1` takes the groups as they come (a minibatch that cuts
+        groups, for objectives whose per-sequence terms need no other member).
         """
         if group.dim() != 1:
             raise ValueError(f"`{field}` must be 1-D [B], got shape {tuple(group.shape)}")
@@ -34,16 +37,21 @@ class Groups:
             raise ValueError(f"`{field}` must hold integer group ids, got dtype {group.dtype}")
         ids, index = torch.unique(group, return_inverse=True)
         sizes = torch.bincount(index, minlength=ids.numel())
-        if ids.numel() and min_size > 1:
-            small = sizes < min_size
+        groups = cls(ids=ids, index=index, n=int(ids.numel()), sizes=sizes)
+        groups.require_size(min_size, field)
+        return groups
+
+    def require_size(self, min_size: int = 2, field: str = "group") -> None:
+        """Refuse a group with fewer than `min_size` rows, naming its ids."""
+        if self.n and min_size > 1:
+            small = self.sizes < min_size
             if bool(small.any()):
-                bad = ids[small][:5].tolist()
+                bad = self.ids[small][:5].tolist()
                 raise ValueError(
                     f"`{field}`: group ids {bad} have fewer than {min_size} members; "
                     "every group needs at least two responses to the same prompt "
                     "(keep whole groups together in a minibatch)"
                 )
-        return cls(index=index, n=int(ids.numel()), sizes=sizes)
 
     def sum(self, x: Tensor) -> Tensor:
         """Per-group sum of a row tensor [B] -> [n] (differentiable)."""

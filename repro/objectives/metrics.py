@@ -46,7 +46,15 @@ def seq_ratio_spread(batch: Minibatch, reading: str = "mean") -> float:
     so it says whether an ablation of the transform can change anything: 0 on the first
     minibatch of a rollout batch when the behaviour policy is the trainer's (s = 1 exactly),
     growing with K, the learning rate and any sampler/trainer mismatch. `reading`: which s
-    (base.SEQUENCE_RATIOS); float64, so the product reading is finite up to 709 nats."""
+    (base.SEQUENCE_RATIOS); float64, so the product reading is finite up to 709 nats.
+
+    It needs whole groups: over a minibatch that cuts groups it is the spread among the members
+    present, a group with one row here is left out (it has no spread to measure), and NaN when
+    no group has two rows here."""
     s = torch.exp(batch.seq_log_ratio(reading).detach().double())
-    groups = batch.groups
-    return float(((groups.max(s) - groups.min(s)) / groups.mean(s)).mean())
+    groups = batch.present_groups
+    spread = (groups.max(s) - groups.min(s)) / groups.mean(s)
+    pairs = groups.sizes >= 2
+    if not bool(pairs.all()):
+        spread = spread[pairs]
+    return float(spread.mean()) if spread.numel() else math.nan

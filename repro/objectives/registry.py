@@ -1,7 +1,15 @@
-"""Name -> algorithm registry, so a new objective is one small file.
+"""Name -> algorithm registry: the one list of algorithms, so a new objective is one small file.
 
 An algorithm is a config dataclass (subclass of LossConfig with a `name`) plus a loss function
-`(cfg, minibatch, normalisers) -> (loss, metrics)`. Register with `@register_algorithm(Config)`.
+`(cfg, minibatch, normalisers) -> (loss, metrics)`. Register with `@register_algorithm(Config)`
+in a module of this package (every module here is imported with the package). Engines, CLI help,
+the workflow's config check, tests, benches and the theory experiment read their lists from here.
+
+An algorithm that couples the members of a group (its per-sequence terms depend on the other
+members, as DFPO's transformed weights do) registers `group_weights`: those terms as detached
+per-sequence weights, computed over whole groups. Engines that cut groups into micro-batches or
+across processes call it first on whole groups (a no-grad pre-pass) and pass the slices as
+`Minibatch.seq_weight`. Algorithms without it accept minibatches that cut groups.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from repro.objectives.aggregation import Normalisers
 from repro.objectives.base import LossConfig, Minibatch
 
 LossFn = Callable[[Any, Minibatch, Normalisers | None], tuple[Tensor, dict[str, float]]]
+GroupWeightsFn = Callable[[Any, Minibatch], Tensor]  # (cfg, whole groups) -> [B] weights
 
 
 @dataclass(frozen=True)
@@ -24,13 +33,22 @@ class Algorithm:
     name: str
     config_cls: type[LossConfig]
     loss_fn: LossFn
+    group_weights: GroupWeightsFn | None = None
+
+    @property
+    def couples_groups(self) -> bool:
+        """Does a sequence's loss term depend on the other members of its group?"""
+        return self.group_weights is not None
 
 
 _REGISTRY: dict[str, Algorithm] = {}
 
 
-def register_algorithm(config_cls: type[LossConfig]) -> Callable[[LossFn], LossFn]:
-    """Decorator: register `loss_fn` under `config_cls.name`."""
+def register_algorithm(
+    config_cls: type[LossConfig], *, group_weights: GroupWeightsFn | None = None
+) -> Callable[[LossFn], LossFn]:
+    """Decorator: register `loss_fn` under `config_cls.name`; `group_weights` for an algorithm
+    that couples a group's members (see the module docstring)."""
     name = config_cls.name
     if not name:
         raise ValueError(f"{config_cls.__name__}.name must be set to register it")
@@ -39,7 +57,7 @@ def register_algorithm(config_cls: type[LossConfig]) -> Callable[[LossFn], LossF
         known = _REGISTRY.get(name)
         if known is not None and known.loss_fn is not loss_fn:
             raise ValueError(f"algorithm {name!r} is already registered")
-        _REGISTRY[name] = Algorithm(name, config_cls, loss_fn)
+        _REGISTRY[name] = Algorithm(name, config_cls, loss_fn, group_weights)
         return loss_fn
 
     return decorate
@@ -66,5 +84,17 @@ def make_config(name: str, **overrides: Any) -> LossConfig:
 def policy_loss(
     cfg: LossConfig, batch: Minibatch, norm: Normalisers | None = None
 ) -> tuple[Tensor, dict[str, float]]:
-    """The one entry point: the loss to minimise and float metrics, for any registered config."""
-    return get_algorithm(cfg.name).loss_fn(cfg, batch, norm)
+    """The one entry point: the loss to minimise and float metrics, for any registered config.
+
+    A minibatch may cut groups, except for an algorithm that couples a group's members and gets
+    no precomputed `seq_weight`: a group with one row there is refused, naming the algorithm
+    (a group cut into larger pieces cannot be told from a whole one here)."""
+    algorithm = get_algorithm(cfg.name)
+    if algorithm.couples_groups and batch.seq_weight is None:
+        try:
+            _ = batch.groups  # refuses a group with one row here (and is cached for the loss)
+        except ValueError as err:
+            raise ValueError(
+                f"{cfg.name} couples the members of a group, so its minibatch needs whole groups "
+                f"or `seq_weight` computed over them (Algorithm.group_weights): {err}") from None
+    return algorithm.loss_fn(cfg, batch, norm)

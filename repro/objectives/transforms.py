@@ -4,49 +4,69 @@ All transforms act per group on the sequence weights w (GSPO ratios s_i) given t
 DFPO applies them under stop-gradient; with `stop_gradient: false` they stay differentiable,
 which is why every operation here is a differentiable torch op (min through scatter_reduce,
 the projection through its exact active-set formula).
+
+A transform is one function registered here with `@register_transform(name, cancels=...)`;
+`TRANSFORMS` (the names, in registration order) is read from that registry by DFPO's config,
+the tests and the benches.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from repro.objectives.groups import Groups
 
-TRANSFORMS = ("identity", "min_replace", "orth_proj", "orth_proj_plain", "global_scale")
+Transform = Callable[[Tensor, Tensor, Groups], Tensor]  # (w, A, groups) -> w~
 
 ADV_NORM_TOL = 1e-12  # ||A_g|| below this: the group carries no signal, leave w unchanged
 BISECTION_STEPS = 64  # float64 bisection: the bracket shrinks by 2^-64, far below 1e-12
 
+_TRANSFORMS: dict[str, Transform] = {}
+_CANCELLING: set[str] = set()
+
+
+def register_transform(name: str, *, cancels: bool) -> Callable[[Transform], Transform]:
+    """Decorator: register `fn(w, adv, groups) -> w~` under `name`. `cancels`: the transform
+    makes sum_i A_i w~_i = 0 in every group, which restores the cancellation of shared tokens."""
+
+    def decorate(fn: Transform) -> Transform:
+        if name in _TRANSFORMS:
+            raise ValueError(f"transform {name!r} is already registered")
+        _TRANSFORMS[name] = fn
+        if cancels:
+            _CANCELLING.add(name)
+        return fn
+
+    return decorate
+
 
 def apply_transform(name: str, w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
     """Transformed weights w~ [B] for the transform `name`."""
-    if name == "identity":
-        return w
-    if name == "min_replace":
-        return min_replace(w, groups)
-    if name == "orth_proj":
-        return orth_proj(w, adv, groups)
-    if name == "orth_proj_plain":
-        return orth_proj_plain(w, adv, groups)
-    if name == "global_scale":
-        return global_scale(w, groups)
-    raise ValueError(f"unknown transform {name!r}; known: {TRANSFORMS}")
+    try:
+        transform = _TRANSFORMS[name]
+    except KeyError:
+        raise ValueError(f"unknown transform {name!r}; known: {TRANSFORMS}") from None
+    return transform(w, adv, groups)
 
 
-def min_replace(w: Tensor, groups: Groups) -> Tensor:
+def cancelling_transforms() -> tuple[str, ...]:
+    """The registered transforms that zero sum_i A_i w~_i in every group."""
+    return tuple(name for name in _TRANSFORMS if name in _CANCELLING)
+
+
+@register_transform("identity", cancels=False)
+def identity(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
+    """w~ = w: GSPO's weights without GSPO's clip."""
+    return w
+
+
+@register_transform("min_replace", cancels=True)
+def min_replace(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
     """Eq. 17: every member gets the group's smallest weight, so sum_i A_i w~_i = 0."""
     return groups.broadcast(groups.min(w))
-
-
-def global_scale(w: Tensor, groups: Groups) -> Tensor:
-    """Control: shrink all weights by kappa = mean_g(min_g w) / mean(w), one scalar per batch.
-
-    Same average step shrinkage as min_replace, but the weights keep their spread, so
-    cancellation is not restored. Separates "a smaller step" from "restored symmetry".
-    """
-    kappa = groups.min(w).mean() / w.mean()
-    return kappa * w
 
 
 def _projection_coefficient(
@@ -63,14 +83,7 @@ def _projection_coefficient(
     return lam, den
 
 
-def orth_proj_plain(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
-    """Eq. 18 without constraints: w - (A^T w / ||A||^2) A. May produce negative weights."""
-    w64, a = w.to(torch.float64), adv.to(torch.float64)
-    lam, a2 = _projection_coefficient(w64, a, groups)
-    signal = groups.broadcast(a2.sqrt() >= ADV_NORM_TOL)  # ||A|| ~ 0: leave w unchanged
-    return torch.where(signal, w64 - groups.broadcast(lam) * a, w64).to(w.dtype)
-
-
+@register_transform("orth_proj", cancels=True)
 def orth_proj(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
     """Exact Euclidean projection of w onto {v : A^T v = 0, v >= 0}, per group.
 
@@ -92,6 +105,26 @@ def orth_proj(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
     return torch.where(signal, v.clamp_min(0), w64).to(w.dtype)
 
 
+@register_transform("orth_proj_plain", cancels=True)
+def orth_proj_plain(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
+    """Eq. 18 without constraints: w - (A^T w / ||A||^2) A. May produce negative weights."""
+    w64, a = w.to(torch.float64), adv.to(torch.float64)
+    lam, a2 = _projection_coefficient(w64, a, groups)
+    signal = groups.broadcast(a2.sqrt() >= ADV_NORM_TOL)  # ||A|| ~ 0: leave w unchanged
+    return torch.where(signal, w64 - groups.broadcast(lam) * a, w64).to(w.dtype)
+
+
+@register_transform("global_scale", cancels=False)
+def global_scale(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
+    """Control: shrink all weights by kappa = mean_g(min_g w) / mean(w), one scalar per batch.
+
+    Same average step shrinkage as min_replace, but the weights keep their spread, so
+    cancellation is not restored. Separates "a smaller step" from "restored symmetry".
+    """
+    kappa = groups.min(w).mean() / w.mean()
+    return kappa * w
+
+
 def _active_set(w: Tensor, a: Tensor, groups: Groups) -> Tensor:
     """Rows with w_i - lam* A_i > 0 at the root lam* of f, found by vectorised bisection."""
     if bool((w < 0).any()):
@@ -109,3 +142,6 @@ def _active_set(w: Tensor, a: Tensor, groups: Groups) -> Tensor:
         lo = torch.where(f > 0, mid, lo)
         hi = torch.where(f > 0, hi, mid)
     return w - groups.broadcast(0.5 * (lo + hi)) * a > 0
+
+
+TRANSFORMS = tuple(_TRANSFORMS)  # the registered names, in registration order

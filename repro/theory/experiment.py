@@ -48,19 +48,25 @@ from torch import Tensor
 
 from repro import __version__
 from repro.atomic import atomic_file
-from repro.objectives import LossConfig, Minibatch, group_advantages, make_config, policy_loss
+from repro.objectives import (
+    LossConfig,
+    Minibatch,
+    algorithm_names,
+    group_advantages,
+    make_config,
+    policy_loss,
+)
 from repro.objectives.base import require
 from repro.results import THEORY
 from repro.theory.policy import TEMPLATE_CONTEXTS, VOCAB, Rollout, TabularPolicy
 from repro.theory.probes import kl_sum, probe, residual_step, shared_template_net
 
-# label -> (algorithm, config overrides); everything else is the package default
+# label -> (algorithm, config overrides); everything else is the package default. Every
+# registered algorithm is an arm with its defaults (so a new one joins with no edit here), DFPO
+# once per transform of the paper (Eq. 17 and 18).
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
-    "grpo": ("grpo", {}),
-    "grpo_fix": ("grpo_fix", {}),
-    "gspo": ("gspo", {}),
-    "dfpo_min_replace": ("dfpo", {"transform": "min_replace"}),
-    "dfpo_orth_proj": ("dfpo", {"transform": "orth_proj"}),
+    **{name: (name, {}) for name in algorithm_names() if name != "dfpo"},
+    **{f"dfpo_{t}": ("dfpo", {"transform": t}) for t in ("min_replace", "orth_proj")},
 }
 
 @dataclass

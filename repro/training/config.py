@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from repro.config_fields import check_fields, field_defaults
-from repro.objectives import get_algorithm, make_config
+from repro.objectives import algorithm_names, get_algorithm, make_config
 from repro.objectives.advantages import SCALES
 
 
@@ -28,7 +28,9 @@ ENGINES = ("native", "trl")
 @dataclass
 class TrainConfig:
     model: str = field(default="", metadata={"help": "SFT checkpoint folder or hub id to start from."})
-    algorithm: str = field(default="dfpo", metadata={"help": "Objective: grpo, grpo_fix, gspo, dfpo."})
+    algorithm: str = field(default="dfpo", metadata={
+        "help": f"Objective, a name in repro.objectives' registry: {', '.join(algorithm_names())}."
+    })
     objective: dict[str, Any] = field(
         default_factory=dict,
         metadata={"help": "Overrides of the algorithm's config, e.g. {transform: orth_proj}."},
