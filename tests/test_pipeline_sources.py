@@ -27,7 +27,8 @@ def package(tmp_path) -> Path:
     """repro/: a lazy import, a relative import, a data folder naming a module, strays."""
     return write(tmp_path, {
         "repro/__init__.py": '"""Package."""\n',
-        "repro/entry.py": "import json\n\ndef run():\n    from repro.pkg.mod import f\n    return f\n",
+        "repro/entry.py": ("import json\n\ndef run():\n    from repro.pkg.mod import f\n"
+                           "    return f\n"),
         "repro/pkg/__init__.py": "",
         "repro/pkg/mod.py": ('"""Reads specs; see repro.stray."""\nfrom pathlib import Path\n'
                              "from . import sibling\nSPECS = Path(__file__).with_name('specs')\n"
@@ -63,7 +64,7 @@ def test_a_digest_is_stable_and_changes_with_a_file_of_the_closure_only(package)
 
 
 def test_an_unknown_entry_point_is_named(package):
-    with pytest.raises(ValueError, match="entry point repro.nowhere: no such module"):
+    with pytest.raises(ValueError, match=r"entry point repro\.nowhere: no such module"):
         closure(package, ("repro.nowhere",))
 
 
@@ -96,7 +97,8 @@ def command_imports(path: Path, function: str) -> set[str]:
 @pytest.mark.parametrize("job,module,function", [
     ("sft", "cli", "sft"), ("train", "cli", "train"), ("eval", "cli", "eval_"),
     ("theory", "cli", "theory"), ("aggregate", "reporting/commands", "aggregate_cmd"),
-    ("tables", "reporting/commands", "tables_cmd"), ("figures", "reporting/commands", "figures_cmd"),
+    ("tables", "reporting/commands", "tables_cmd"),
+    ("figures", "reporting/commands", "figures_cmd"),
     ("paper_reference", "reporting/commands", "paper_reference_cmd")])
 def test_entry_points_are_what_the_rules_commands_import(job, module, function):
     imported = command_imports(ROOT / "repro" / f"{module}.py", function)

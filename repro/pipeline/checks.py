@@ -55,8 +55,9 @@ def check_selections(config: dict) -> None:
 
 
 def check_dataclass_blocks(config: dict) -> None:
-    """`train:`, `algorithms.*.objective` and `models.*.sft` against their dataclasses' fields and
-    types, now rather than when a job runs (the schema leaves them open: the dataclasses own them)."""
+    """`train:`, `algorithms.*.objective` and `models.*.sft` against their dataclasses' fields
+    and types, now rather than when a job runs (the schema leaves them open: the dataclasses own
+    them)."""
     from repro.config_fields import check_fields
     from repro.objectives import get_algorithm
     from repro.training.config import TrainConfig
