@@ -1,7 +1,8 @@
 # dfpo-repro: the paper's tables and figures from nothing, compute-matched, at tiny CPU scale by
 # default (`snakemake --cores all`) and at paper scale with a preset and the SLURM profile.
-# Stages live in rules/*.smk; helpers (targets, run keys, output layout, source digests) in
-# rules/common.smk, job environments and the train launcher in rules/launch.smk.
+# Stages live in rules/*.smk; rules/common.smk runs the parse-time checks and names what the rules
+# use (run keys, targets, output layout, source digests: repro/pipeline), rules/launch.smk the job
+# environments and the train launcher.
 from snakemake.utils import min_version
 
 min_version("9.20")
@@ -33,7 +34,8 @@ include: "rules/report.smk"
 
 
 onstart:
-    refuse_missing_pins()  # real runs only: a dry run without data.lock.yaml just warns
+    if jobs.missing_pins:  # real runs only: a dry run without data.lock.yaml just warns
+        refuse(f"config: {jobs.missing_pins}")
 
 
 localrules:
@@ -49,4 +51,4 @@ localrules:
 rule all:
     default_target: True
     input:
-        final_targets(),
+        jobs.final_targets(),

@@ -7,16 +7,16 @@
 
 rule aggregate:
     input:
-        train_logs=train_logs(),
-        eval_problems=eval_problems(),
+        train_logs=jobs.train_logs(),
+        eval_problems=jobs.eval_problems(),
     output:
-        update(aggregate_files()),
+        update(layout.aggregate_files()),
     log:
-        f"{LOG_DIR}/aggregate/aggregate.log",
+        f"{layout.log_dir}/aggregate/aggregate.log",
     params:
         out=subpath(output[0], parent=True),
-        study=study_options(),
-        code=REPORT_CODE,
+        study=jobs.study_options(),
+        code=CODE["aggregate"],
     conda:
         "../envs/cpu.yaml"
     shell:

@@ -5,7 +5,7 @@ rule sft:
     """The tiny default's warm start: a random-init tiny Qwen3 taught the synthetic tasks, or a
     second stage continuing from another model's SFT (models.KEY.base)."""
     input:
-        sft_inputs,
+        jobs.sft_inputs,
     output:
         directory(MODEL_DIR),
     log:
@@ -13,8 +13,8 @@ rule sft:
     benchmark:
         "benchmarks/sft/model={model}.jsonl"
     params:
-        overrides=sft_overrides,
-        code=SFT_CODE,
+        overrides=jobs.sft_overrides,
+        code=CODE["sft"],
     threads: 2
     resources:
         mem_mb=4000,
@@ -29,11 +29,11 @@ rule run_config:
     """One run's resolved TrainConfig; the params trigger rewrites it (and so reruns its
     training) only when a value of that run changes."""
     output:
-        f"{RUN_DIR}/config.yaml",
+        f"{layout.run_dir}/config.yaml",
     log:
-        f"{LOG_DIR}/run_config/{RUN}.log",
+        f"{layout.log_dir}/run_config/{RUN}.log",
     params:
-        cfg=run_config,
+        cfg=jobs.run_config,
     run:
         write_yaml(output[0], params.cfg)
         Path(log[0]).write_text(f"wrote {output[0]}\n")

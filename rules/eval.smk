@@ -5,18 +5,18 @@
 rule evaluate:
     """avg@k of the checkpoint saved at `frac` of the run's budget."""
     input:
-        policy=f"{RUN_DIR}/policy/frac={{frac}}",
+        policy=f"{layout.run_dir}/policy/frac={{frac}}",
     output:
-        problems=per_benchmark(EVAL_DIR, "problems.parquet"),
-        samples=per_benchmark(EVAL_DIR, "samples.parquet"),
+        problems=jobs.per_benchmark(layout.eval_dir, "problems.parquet"),
+        samples=jobs.per_benchmark(layout.eval_dir, "samples.parquet"),
     log:
-        f"{LOG_DIR}/evaluate/{RUN}/frac={{frac}}.log",
+        f"{layout.log_dir}/evaluate/{RUN}/frac={{frac}}.log",
     benchmark:
-        f"{BENCH_DIR}/evaluate/{RUN}/frac={{frac}}.jsonl"
+        f"{layout.bench_dir}/evaluate/{RUN}/frac={{frac}}.jsonl"
     params:
-        out=EVAL_DIR,
-        options=eval_options(),
-        code=EVAL_CODE,
+        out=layout.eval_dir,
+        options=jobs.eval_options(),
+        code=CODE["eval"],
     threads: 1
     resources:
         mem_mb=4000,
@@ -34,19 +34,19 @@ rule evaluate_init:
     `seed`: the same sampling seed as that seed's runs, so every checkpoint of a run and its
     start draw common random numbers (same batches, same generator seeds) and differ in pairs."""
     input:
-        start=start_inputs,
+        start=jobs.start_inputs,
     output:
-        problems=per_benchmark(INIT_DIR, "problems.parquet"),
-        samples=per_benchmark(INIT_DIR, "samples.parquet"),
+        problems=jobs.per_benchmark(layout.init_dir, "problems.parquet"),
+        samples=jobs.per_benchmark(layout.init_dir, "samples.parquet"),
     log:
-        f"{LOG_DIR}/evaluate_init/model={{model}}/seed={{seed}}.log",
+        f"{layout.log_dir}/evaluate_init/model={{model}}/seed={{seed}}.log",
     benchmark:
-        f"{BENCH_DIR}/evaluate_init/model={{model}}/seed={{seed}}.jsonl"
+        f"{layout.bench_dir}/evaluate_init/model={{model}}/seed={{seed}}.jsonl"
     params:
-        out=INIT_DIR,
-        policy=start_policy_of,
-        options=eval_options(),
-        code=EVAL_CODE,
+        out=layout.init_dir,
+        policy=jobs.start_policy_of,
+        options=jobs.eval_options(),
+        code=CODE["eval"],
     threads: 1
     resources:
         mem_mb=4000,

@@ -10,7 +10,7 @@ rule paper_reference:
     log:
         "logs/paper_reference/paper_reference.log",
     params:
-        code=REPORT_CODE,
+        code=CODE["paper_reference"],
     conda:
         "../envs/cpu.yaml"
     shell:
@@ -19,25 +19,25 @@ rule paper_reference:
 
 rule tables:
     input:
-        aggregate=aggregate_files(),
+        aggregate=layout.aggregate_files(),
         paper=PAPER_REFERENCE,
     output:
         [
             report(
-                f"{TABLE_DIR}/{name}.md",
+                f"{layout.table_dir}/{name}.md",
                 caption="report/tables.rst",
                 category="Tables",
                 labels={"table": name},
             )
             for name in TABLES
         ],
-        expand(f"{TABLE_DIR}/{{name}}.tex", name=TABLES),
+        expand(f"{layout.table_dir}/{{name}}.tex", name=TABLES),
     log:
-        f"{LOG_DIR}/tables/tables.log",
+        f"{layout.log_dir}/tables/tables.log",
     params:
         aggregate=lambda wildcards, input: Path(input.aggregate[0]).parent,
         out=subpath(output[0], parent=True),
-        code=REPORT_CODE,
+        code=CODE["tables"],
     conda:
         "../envs/cpu.yaml"
     shell:
@@ -47,24 +47,24 @@ rule tables:
 
 rule figures:
     input:
-        aggregate_files(),
+        layout.aggregate_files(),
     output:
         [
             report(
-                f"{FIGURE_DIR}/{name}.png",
+                f"{layout.figure_dir}/{name}.png",
                 caption="report/figures.rst",
                 category="Figures",
                 labels={"figure": name},
             )
             for name in FIGURES
         ],
-        expand(f"{FIGURE_DIR}/{{name}}.pdf", name=FIGURES),
+        expand(f"{layout.figure_dir}/{{name}}.pdf", name=FIGURES),
     log:
-        f"{LOG_DIR}/figures/figures.log",
+        f"{layout.log_dir}/figures/figures.log",
     params:
         aggregate=lambda wildcards, input: Path(input[0]).parent,
         out=subpath(output[0], parent=True),
-        code=REPORT_CODE,
+        code=CODE["figures"],
     conda:
         "../envs/cpu.yaml"
     shell:
@@ -87,7 +87,7 @@ rule theory:
         steps=config["theory"]["steps"],
         seed=config["theory"]["seed"],
         out=subpath(output[0], parent=True),
-        code=THEORY_CODE,
+        code=CODE["theory"],
     threads: 1
     conda:
         "../envs/cpu.yaml"
@@ -99,4 +99,4 @@ rule theory:
 rule ablations:
     """Target: the ablation runs (DFPO variants, group sizes), their table and figure."""
     input:
-        ablation_targets(),
+        jobs.ablation_targets(),

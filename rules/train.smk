@@ -8,20 +8,20 @@ rule train:
     job): a restarted job continues from its newest checkpoint, unless the config or the code
     digest changed."""
     input:
-        cfg=f"{RUN_DIR}/config.yaml",
-        start=start_inputs,
+        cfg=f"{layout.run_dir}/config.yaml",
+        start=jobs.start_inputs,
     output:
-        log=f"{RUN_DIR}/train_log.parquet",
-        manifest=f"{RUN_DIR}/manifest.json",
-        policies=[directory(f"{RUN_DIR}/policy/frac={frac}") for frac in FRACTIONS],
+        log=f"{layout.run_dir}/train_log.parquet",
+        manifest=f"{layout.run_dir}/manifest.json",
+        policies=[directory(f"{layout.run_dir}/policy/frac={frac}") for frac in jobs.fractions],
     log:
-        f"{LOG_DIR}/train/{RUN}.log",
+        f"{layout.log_dir}/train/{RUN}.log",
     benchmark:
-        f"{BENCH_DIR}/train/{RUN}.jsonl"
+        f"{layout.bench_dir}/train/{RUN}.jsonl"
     params:
-        scratch=SCRATCH_DIR,
+        scratch=layout.scratch_dir,
         out=subpath(output.log, parent=True),
-        code=TRAIN_CODE,
+        code=CODE["train"],
         launch=train_launcher,
         threads=train_threads,
     threads: 1

@@ -208,25 +208,14 @@ def test_export_checks_checkpoints_and_survives_a_full_disk(tmp_path, monkeypatc
 
 
 SNAKEFILE = """
-AGGREGATES = ["train_curves", "eval_problems", "eval_samples", "runs"]
-REPORT_CODE = "test"
-LOG_DIR = "logs"
+from types import SimpleNamespace
 
+from repro.pipeline.layout import Layout
 
-def train_logs():
-    return ["{log}"]
-
-
-def eval_problems():
-    return ["{problems}"]
-
-
-def study_options():
-    return "--experiment test"
-
-
-def aggregate_files():
-    return expand("results/aggregate/{{name}}.parquet", name=AGGREGATES)
+CODE = {{"aggregate": "test"}}
+layout = Layout("results")
+jobs = SimpleNamespace(train_logs=lambda: ["{log}"], eval_problems=lambda: ["{problems}"],
+                       study_options=lambda: "--experiment test")
 
 
 include: "{rules}/aggregate.smk"

@@ -1,0 +1,88 @@
+"""The workflow's logic without Snakemake (repro/pipeline): run keys, targets, layout and the
+parse-time checks, on the configs Snakemake resolves (config.yaml with a preset over it)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from snakemake.io import expand
+
+from repro.pipeline.checks import at_parse_time, check_selections, schema_refusal
+from repro.pipeline.jobs import Jobs
+from repro.pipeline.layout import FIGURES, TABLES, Layout
+from repro.plan import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def resolved(preset: str | None = None, **overrides) -> dict:
+    files = [ROOT / "config" / "presets" / preset] if preset else []
+    config = load_config(ROOT / "config" / "config.yaml", files)
+    for key, value in overrides.items():
+        config[key] = config[key] | value
+    return config
+
+
+def test_smoke_runs_are_the_main_grid_then_the_ablations_without_duplicates():
+    runs = Jobs(resolved("smoke.yaml")).run_keys()
+    keys = [(r["algo"], r["group_size"], r["seed"], r["main"]) for r in runs]
+    assert keys == [("gspo", 4, 0, True), ("gspo", 4, 1, True), ("dfpo_min", 4, 0, True),
+                    ("dfpo_min", 4, 1, True), ("dfpo_global", 4, 0, False),
+                    ("gspo", 2, 0, False), ("dfpo_min", 2, 0, False)]
+
+
+def test_ablation_runs_are_evaluated_at_the_final_fraction_only():
+    jobs = Jobs(resolved("smoke.yaml"))
+    problems = jobs.eval_problems()
+    main = [p for p in problems if "algo=gspo/model=tiny/group_size=4/seed=0/" in p]
+    ablation = [p for p in problems if "group_size=2/seed=0/" in p and "algo=gspo" in p]
+    assert [p.split("frac=")[1][:3] for p in main] == ["0.5", "1.0"]
+    assert [p.split("frac=")[1][:3] for p in ablation] == ["1.0"]
+    # 4 main runs x 2 fractions, and the start at each of the 2 run seeds
+    assert len(jobs.eval_problems(main_only=True)) == 4 * 2 + 2
+
+
+def test_the_layout_keys_an_experiments_logs_like_its_outputs():
+    assert (Layout("results").log_dir, Layout("results").bench_dir) == ("logs", "benchmarks")
+    study = Layout.of({"results": "results/tiny-study/"})
+    assert study.log_dir == "logs/tiny-study" and study.agg_dir == "results/tiny-study/aggregate"
+    assert Layout("elsewhere/x").log_dir == "logs/elsewhere/x"
+
+
+def test_table_and_figure_files_are_in_snakemakes_expand_order():
+    layout = Layout("results")
+    assert layout.table_files() == expand("results/tables/{name}.{ext}", name=TABLES,
+                                          ext=["md", "tex"])
+    assert layout.figure_files() == expand("results/figures/{name}.{ext}", name=FIGURES,
+                                           ext=["pdf", "png"])
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"ablations": {"group_sizes": [3]}}, "config: ablations.group_sizes has 3"),
+    ({"models": {"tiny": {"source": "sft", "base": "tiny", "sft": {}}}},
+     "config: models.tiny.base forms a cycle through 'tiny'"),
+    ({"models": {"tiny": {"source": "sft", "base": "nowhere", "sft": {}}}},
+     "config: models.tiny.base names 'nowhere', not an sft entry"),
+    ({"train": {"lr": -1.0}}, "TrainConfig.lr")])
+def test_a_bad_value_is_refused_naming_its_key(change, message):
+    jobs = Jobs(resolved(**change))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        jobs.check()
+        jobs.check_run_configs()
+
+
+def test_a_selection_outside_its_catalogue_is_refused_in_one_line(capsys):
+    config = resolved(run={"algorithms": ["gspo", "nope"]})
+    with pytest.raises(SystemExit) as exit_:
+        at_parse_time(check_selections, config)
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("config: run.algorithms names ['nope']"), err
+
+
+def test_a_schema_report_is_cut_to_its_key_and_reason():
+    report = ("Error validating config file.\nValidationError: 0 is less than the minimum of 1\n"
+              "\nFailed validating 'minimum' in schema\n\nOn instance['eval']['k']:\n    0\n")
+    assert schema_refusal(report) == "config ['eval']['k']: 0 is less than the minimum of 1"
