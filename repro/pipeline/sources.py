@@ -11,7 +11,9 @@ only parses options, so an edit there reruns nothing), found statically
 - a data file or folder beside a module, named by a string in it (`with_name("specs")`,
   `paper.mplstyle`, the sandbox's `lcb_harness.py`);
 - a module named in such a data file (a benchmark spec's `generator: repro.tasks.X:rows`,
-  imported by name at runtime).
+  imported by name at runtime);
+- every module beside a package `__init__` that imports its folder with
+  `pkgutil.iter_modules` (repro.objectives: an algorithm file registers itself).
 """
 
 from __future__ import annotations
@@ -90,6 +92,14 @@ def references(nodes: list[ast.AST], package: str) -> tuple[set[str], set[str]]:
     return names, strings
 
 
+def _imports_its_folder(tree: ast.Module) -> bool:
+    """A package `__init__` that walks `pkgutil.iter_modules(__path__)` imports every module
+    beside it by name (how repro.objectives registers a dropped-in algorithm file)."""
+    return any(isinstance(node, ast.Attribute) and node.attr == "iter_modules"
+               or isinstance(node, ast.Name) and node.id == "iter_modules"
+               for node in ast.walk(tree))
+
+
 def _package_of(root: Path, path: Path) -> str:
     return ".".join(path.parent.relative_to(root).parts)
 
@@ -136,6 +146,8 @@ def closure(root: Path, modules: tuple[str, ...],
             parsed[path] = _parse(path)
         names, strings = references([parsed[path]], _package_of(root, path))
         todo += [p for name in names for p in resolve(root, name)]
+        if path.name == "__init__.py" and _imports_its_folder(parsed[path]):
+            todo += sorted(path.parent.glob("*.py"))
         todo += _data_beside(path, strings)
     return sorted(files)
 
