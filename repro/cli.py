@@ -258,7 +258,8 @@ def bench_gpu(settings: dict[str, Any]) -> None:
         typer.echo("repro bench gpu: no GPU visible; --tiny runs the preflight on CPU", err=True)
         raise typer.Exit(2)
     if not cfg.tiny and cfg.shape not in SHAPES:
-        typer.echo(f"repro bench gpu: --shape {cfg.shape!r} is not one of {sorted(SHAPES)}", err=True)
+        typer.echo(f"repro bench gpu: --shape {cfg.shape!r} is not one of {sorted(SHAPES)}",
+                   err=True)
         raise typer.Exit(2)
     if cfg.lr is not None and not cfg.lr > 0:
         typer.echo(f"repro bench gpu: --lr {cfg.lr} must be > 0", err=True)

@@ -4,11 +4,11 @@ Why: a command whose options copy a dataclass by hand drifts from it (a default,
 new field missing on the command line). `config_options` reads the fields instead, so every
 field is an option the day it is added, with the field's default and `metadata["help"]`.
 
-Help is escaped for typer's Rich markup (`[max_len/4, max_len]` is text, not a style tag).
 Spelling on the command line: `--field-name VALUE` for scalars and paths (bools as
 `--name/--no-name`), `--name A,B,C` for a `tuple[X, ...]`, `--name KEY=VALUE` (repeatable, YAML
 values) for a `dict`. A dict field can instead be `expand`ed into one option per key, each from
 a field of another dataclass (`repro eval --temperature 0.6` fills `EvalConfig.sampling`).
+Help is escaped for typer's Rich markup (`[max_len/4, max_len]` is text, not a style tag).
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def config_options(
             raise TypeError(f"{func.__name__}: options {clash} come from both "
                             f"{cls.__name__} and the command")
         own_names = {p.name for p in own}
-        pairs = [f.name for f in fields
-                 if f.name not in expand and typing.get_origin(_without_none(hints[f.name])) is dict]
+        pairs = [f.name for f in fields if f.name not in expand
+                 and typing.get_origin(_without_none(hints[f.name])) is dict]
 
         def command(**values: Any) -> Any:
             settings = {k: values.pop(k) for k in list(values) if k not in own_names}
