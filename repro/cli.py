@@ -7,18 +7,37 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from repro.atomic import WriteFailed
+from repro.bench.coherence import CoherenceConfig
+from repro.bench.gpu import PreflightConfig
+from repro.bench.logprobs import LogprobsBenchConfig
+from repro.bench.objectives import ObjectivesBenchConfig
+from repro.bench.sandbox import SandboxBenchConfig
+from repro.cli_fields import config_options, expanded_help, field_help
+from repro.evaluation.runner import SAMPLING_KEYS, EvalConfig
+from repro.generation.base import SamplingConfig
+from repro.theory.experiment import TheoryConfig
 
+T = TypeVar("T")
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
 THREADS_HELP = (
     "torch CPU threads (default: torch's choice). Give each job no more threads than the cores "
     "it owns: an op spread over a core another job is using stalls (measured 10x slower)."
 )
+
+
+def _build(command: str, cls: type[T], settings: dict[str, Any]) -> T:
+    """`cls(**settings)`; a value its checks refuse is one line naming it, exit 2."""
+    try:
+        return cls(**settings)
+    except ValueError as err:
+        typer.echo(f"{command}: {err}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _set_threads(threads: int | None) -> None:
@@ -28,6 +47,8 @@ def _set_threads(threads: int | None) -> None:
         if threads < 1:
             raise typer.BadParameter(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
+
+
 bench_app = typer.Typer(no_args_is_help=True, help="Speed and memory benchmarks (ratios, side by side).")
 app.add_typer(bench_app, name="bench")
 data_app = typer.Typer(no_args_is_help=True, help="Benchmark files: download once, pin by sha256.")
@@ -35,17 +56,17 @@ app.add_typer(data_app, name="data")
 
 
 @app.command()
+@config_options(TheoryConfig)
 def theory(
+    settings: dict[str, Any],
     out: Annotated[Path, typer.Option(help="Output folder for theory.parquet and the figure.")] = Path(
         "results/theory"
     ),
-    steps: Annotated[int, typer.Option(help="Rollout batches per algorithm.")] = 60,
-    seed: Annotated[int, typer.Option(help="Random seed (sampling of the groups).")] = 0,
 ) -> None:
     """Exact tabular experiment: learning tax (KL at the template) and drift between equal answers."""
-    from repro.theory.experiment import TheoryConfig, run_theory
+    from repro.theory.experiment import run_theory
 
-    run_theory(TheoryConfig(steps=steps, seed=seed), out)
+    run_theory(_build("repro theory", TheoryConfig, settings), out)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -118,50 +139,26 @@ def train(
         dist.wait_for_everyone()
 
 
-@app.command("eval")
+EVAL_EXPAND = {"sampling": (SamplingConfig, SAMPLING_KEYS)}
+
+
+@app.command("eval", epilog=expanded_help(EvalConfig, EVAL_EXPAND))
+@config_options(EvalConfig, skip=("benchmark",), expand=EVAL_EXPAND)
 def eval_(
-    model: Annotated[str, typer.Option(help="Local model folder or hub id (Qwen/Qwen3-32B).")],
-    benchmark: Annotated[list[str], typer.Option(
-        help="aime25, hmmt25, livecodebench, synth-aime, ...; repeat for several (one model load).")],
-    out: Annotated[Path, typer.Option(help="Output folder (samples.parquet, problems.parquet).")],
+    settings: dict[str, Any],
+    benchmark: Annotated[list[str], typer.Option(help=field_help(EvalConfig, "benchmark")
+                                                 + " Repeat for several (one model load).")],
     split: Annotated[bool, typer.Option(
         help="Write each benchmark to OUT/benchmark=NAME/ (required for several).")] = False,
-    k: Annotated[int | None, typer.Option(help="Samples per problem (default: the benchmark's).")] = None,
-    limit: Annotated[int | None, typer.Option(help="Only the first N problems.")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="Offline mirror of the datasets.")] = None,
-    lock: Annotated[Path | None, typer.Option(
-        help="Data lock written by `repro data pin` (sha256 pins; its data_dir unless "
-             "--data-dir is given).")] = None,
-    checkpoint: Annotated[str, typer.Option(help="Label stored with the results.")] = "final",
-    engine: Annotated[str, typer.Option(help="auto (vLLM on a GPU, else HF), hf or vllm.")] = "auto",
-    batch_size: Annotated[int, typer.Option(help="Prompts per generate call.")] = 16,
-    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
-    temperature: Annotated[float | None, typer.Option(help="Override the benchmark's temperature.")] = None,
-    top_p: Annotated[float | None, typer.Option(help="Override the benchmark's top_p.")] = None,
-    top_k: Annotated[int | None, typer.Option(help="Override the benchmark's top_k (0 = off).")] = None,
-    min_p: Annotated[float | None, typer.Option(help="Override the benchmark's min_p.")] = None,
-    max_new_tokens: Annotated[int | None, typer.Option(help="Override the generation budget.")] = None,
-    workers: Annotated[int, typer.Option(help="Parallel grading workers.")] = 2,
-    unsafe_no_sandbox: Annotated[
-        bool, typer.Option("--unsafe-no-sandbox", help="Run generated code WITHOUT bubblewrap (recorded).")
-    ] = False,
 ) -> None:
     """Evaluate a model on a benchmark: k samples per problem, graded, written as Parquet.
     Every benchmark and data set is loaded and checked before the model is."""
     from repro.benchmarks import DatasetUnavailable
-    from repro.evaluation.runner import EvalConfig, run_eval_suite
+    from repro.evaluation.runner import run_eval_suite
     from repro.sandbox import SandboxUnavailable
 
-    overrides = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p,
-                 "max_new_tokens": max_new_tokens}
     try:
-        cfg = EvalConfig(
-            model=model, benchmark=benchmark[0], out=out, k=k, limit=limit, data_dir=data_dir, lock=lock,
-            checkpoint=checkpoint, engine=engine, batch_size=batch_size, seed=seed,
-            sampling={key: v for key, v in overrides.items() if v is not None}, workers=workers,
-            unsafe_no_sandbox=unsafe_no_sandbox,
-        )
-        run_eval_suite(cfg, benchmark, split)
+        run_eval_suite(EvalConfig(benchmark=benchmark[0], **settings), benchmark, split)
     except (DatasetUnavailable, SandboxUnavailable, ValueError) as err:
         typer.echo(f"repro eval: {err}", err=True)
         raise typer.Exit(2) from None
@@ -220,91 +217,58 @@ def plan(
 
 
 @bench_app.command("objectives")
-def bench_objectives(
-    seqs: Annotated[int, typer.Option(help="Sequences per minibatch.")] = 1024,
-    max_len: Annotated[int, typer.Option(help="Maximum response length (tokens).")] = 4096,
-    group_size: Annotated[int, typer.Option(help="Responses per group.")] = 16,
-    repeats: Annotated[int, typer.Option(help="Timed repetitions per case (median reported).")] = 5,
-    device: Annotated[str, typer.Option(help="torch device.")] = "cpu",
-    threads: Annotated[
-        int | None, typer.Option(help="torch CPU threads for the run (1 is steadier on a busy box).")
-    ] = None,
-) -> None:
+@config_options(ObjectivesBenchConfig)
+def bench_objectives(settings: dict[str, Any]) -> None:
     """Loss + backward time of every algorithm as a ratio to GSPO; transform scaling in groups."""
-    from repro.bench.objectives import ObjectivesBenchConfig, run_objectives_bench
+    from repro.bench.objectives import run_objectives_bench
 
-    run_objectives_bench(
-        ObjectivesBenchConfig(
-            seqs=seqs, max_len=max_len, group_size=group_size, repeats=repeats, device=device,
-            threads=threads,
-        )
-    )
+    run_objectives_bench(_build("repro bench objectives", ObjectivesBenchConfig, settings))
 
 
 @bench_app.command("sandbox")
-def bench_sandbox(
-    generations: Annotated[int, typer.Option(help="Generations per round and program kind.")] = 32,
-    tests_per_generation: Annotated[int, typer.Option(help="Test cases per generation.")] = 20,
-    workers: Annotated[int, typer.Option(help="Parallel sandboxes.")] = 2,
-    rounds: Annotated[int, typer.Option(help="Timed rounds (median reported).")] = 3,
-) -> None:
+@config_options(SandboxBenchConfig)
+def bench_sandbox(settings: dict[str, Any]) -> None:
     """Test cases per second through bubblewrap vs the same harness unsandboxed, as a ratio."""
-    from repro.bench.sandbox import SandboxBenchConfig, run_sandbox_bench
+    from repro.bench.sandbox import run_sandbox_bench
 
-    run_sandbox_bench(SandboxBenchConfig(
-        workers=workers, generations=generations, tests_per_generation=tests_per_generation,
-        rounds=rounds,
-    ))
+    run_sandbox_bench(_build("repro bench sandbox", SandboxBenchConfig, settings))
 
 
 @bench_app.command("logprobs")
-def bench_logprobs(
-    tokens: Annotated[int, typer.Option(help="Response tokens (rows).")] = 8192,
-    vocab: Annotated[int, typer.Option(help="Vocabulary size (Qwen3: 151,936).")] = 151936,
-    hidden: Annotated[int, typer.Option(help="Hidden size.")] = 1024,
-    chunk_size: Annotated[int, typer.Option(help="Rows per lm_head chunk.")] = 1024,
-    repeats: Annotated[int, typer.Option(help="Rounds per path (median reported).")] = 3,
-) -> None:
+@config_options(LogprobsBenchConfig)
+def bench_logprobs(settings: dict[str, Any]) -> None:
     """Peak memory and time of chunked vs naive log-probs + entropy (forward + backward)."""
-    from repro.bench.logprobs import LogprobsBenchConfig, run_logprobs_bench
+    from repro.bench.logprobs import run_logprobs_bench
 
-    run_logprobs_bench(LogprobsBenchConfig(
-        tokens=tokens, vocab=vocab, hidden=hidden, chunk_size=chunk_size, repeats=repeats
-    ))
+    run_logprobs_bench(_build("repro bench logprobs", LogprobsBenchConfig, settings))
 
 
 @bench_app.command("gpu")
-def bench_gpu(
-    out: Annotated[Path, typer.Option(help="Folder: preflight.json, the model, worker logs.")] = Path(
-        "preflight"),
-    tiny: Annotated[bool, typer.Option(help="CPU mode (tiny model, 2 gloo processes): for CI.")] = False,
-    shape: Annotated[str, typer.Option(help="Random-init Qwen3 shape (GPU): qwen3-32b-4l.")] = "qwen3-32b-4l",
-    processes: Annotated[int, typer.Option(help="Processes (0: every visible GPU; 2 on CPU).")] = 0,
-    lr: Annotated[float | None, typer.Option(help="Learning rate (default: the paper preset's).")] = None,
-    budget_s: Annotated[float, typer.Option(help="Total seconds; each stage has its own too.")] = 420.0,
-) -> None:
+@config_options(PreflightConfig)
+def bench_gpu(settings: dict[str, Any]) -> None:
     """Preflight of one node before a paper run: FSDP2 + precision recipe under torchrun, vLLM
     colocate rollouts with the weight sync checked, updates at the preset's lr, save and reload,
     MFU and peak memory per stage against `repro plan`. One JSON; exits 1 when a check fails."""
     import torch
 
-    from repro.bench.gpu import SHAPES, PreflightConfig, run_preflight
+    from repro.bench.gpu import SHAPES, run_preflight
 
-    if not tiny and not torch.cuda.is_available():
+    cfg = _build("repro bench gpu", PreflightConfig, settings)
+    if not cfg.tiny and not torch.cuda.is_available():
         typer.echo("repro bench gpu: no GPU visible; --tiny runs the preflight on CPU", err=True)
         raise typer.Exit(2)
-    if not tiny and shape not in SHAPES:
-        typer.echo(f"repro bench gpu: --shape {shape!r} is not one of {sorted(SHAPES)}", err=True)
+    if not cfg.tiny and cfg.shape not in SHAPES:
+        typer.echo(f"repro bench gpu: --shape {cfg.shape!r} is not one of {sorted(SHAPES)}",
+                   err=True)
         raise typer.Exit(2)
-    if lr is not None and not lr > 0:
-        typer.echo(f"repro bench gpu: --lr {lr} must be > 0", err=True)
+    if cfg.lr is not None and not cfg.lr > 0:
+        typer.echo(f"repro bench gpu: --lr {cfg.lr} must be > 0", err=True)
         raise typer.Exit(2)
-    report = run_preflight(PreflightConfig(out=out, tiny=tiny, shape=shape, processes=processes,
-                                           lr=lr, budget_s=budget_s))
+    report = run_preflight(cfg)
     for name, stage in report["stages"].items():
         extra = f" ({stage.get('reason', '')[:160]})" if stage.get("status") != "ok" else ""
         typer.echo(f"  {name:<13} {stage.get('status')}{extra}")
-    _close_report("repro bench gpu", out / "preflight.json", report, f"{report['device']}, ")
+    _close_report("repro bench gpu", cfg.out / "preflight.json", report, f"{report['device']}, ")
 
 
 def _close_report(command: str, path: Path, report: dict, prefix: str = "") -> None:
@@ -331,30 +295,17 @@ def bench_twin(
 
 
 @bench_app.command("coherence")
+@config_options(CoherenceConfig)
 def bench_coherence(
-    model: Annotated[str, typer.Option(help="Policy folder (e.g. an SFT start or a run's final).")],
-    task: Annotated[str, typer.Option(help="Training prompt set.")] = "synth-rule",
-    batches: Annotated[int, typer.Option(help="Independent rollout batches (>= 2).")] = 8,
-    prompts: Annotated[int, typer.Option(help="Prompts per batch.")] = 8,
-    group_size: Annotated[int, typer.Option(help="Samples per prompt.")] = 8,
-    max_new_tokens: Annotated[int, typer.Option(help="Response budget.")] = 64,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
-    seed: Annotated[int, typer.Option(help="Prompt stream and sampling seed.")] = 0,
-    same_prompts: Annotated[bool, typer.Option(help="Redraw samples of one prompt set.")] = False,
+    settings: dict[str, Any],
     out: Annotated[Path | None, typer.Option(help="Also write the JSON here.")] = None,
     threads: Annotated[int | None, typer.Option(help=THREADS_HELP)] = None,
 ) -> None:
     """Cosine between GRPO gradients of rollout batches with different prompts, and the signal
     share of their mean: does RL at this policy learn something shared across problems?"""
-    from repro.bench.coherence import CoherenceConfig, run_coherence_bench
+    from repro.bench.coherence import run_coherence_bench
 
-    try:
-        cfg = CoherenceConfig(model=model, task=task, batches=batches, prompts=prompts,
-                              group_size=group_size, max_new_tokens=max_new_tokens,
-                              temperature=temperature, seed=seed, same_prompts=same_prompts)
-    except ValueError as err:
-        typer.echo(f"repro bench coherence: {err}", err=True)
-        raise typer.Exit(2) from None
+    cfg = _build("repro bench coherence", CoherenceConfig, settings)
     _set_threads(threads)
     try:
         run_coherence_bench(cfg, out)

@@ -1,6 +1,7 @@
-"""One home per default: the config dataclasses. Every default in config/schema.yaml and every
-CLI option default equals the dataclass field it stands for; a new schema default must be mapped
-here (or listed as the pipeline's own selection), so drift fails this test."""
+"""One home per default: the config dataclasses. Every default in config/schema.yaml equals the
+dataclass field it stands for; a new schema default must be mapped here (or listed as the
+pipeline's own selection), so drift fails this test. CLI options need no such map: they are
+generated from the dataclasses (repro/cli_fields.py, tests/test_cli_fields.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import pytest
-import typer
 import yaml
 
-from repro.bench.logprobs import LogprobsBenchConfig
-from repro.bench.objectives import ObjectivesBenchConfig
-from repro.bench.sandbox import SandboxBenchConfig
-from repro.cli import app
 from repro.config_fields import field_defaults
 from repro.evaluation.runner import EvalConfig
 from repro.plan.hardware import EvalLayout, Hardware, TrainLayout
@@ -60,17 +55,6 @@ PIPELINE_ONLY = {"run", "run.models", "run.seeds", "eval", "eval.benchmarks", "e
                  "models.*.sft", "algorithms.*.objective", "results", "data_lock",
                  "hardware", "hardware.train", "hardware.eval"}
 
-# CLI command -> the dataclass its options stand for
-CLI_CONFIGS: dict[str, type] = {
-    "eval": EvalConfig,
-    "theory": TheoryConfig,
-    "aggregate": Study,
-    "bench objectives": ObjectivesBenchConfig,
-    "bench sandbox": SandboxBenchConfig,
-    "bench logprobs": LogprobsBenchConfig,
-}
-
-
 def schema_defaults(node: dict, prefix: str = "") -> dict[str, Any]:
     """Every `default` in the schema, by dotted key (`*` for a catalogue entry)."""
     out = {}
@@ -99,31 +83,6 @@ def test_every_schema_default_is_the_dataclass_default():
     assert set(SCHEMA_FIELDS) <= set(defaults), sorted(set(SCHEMA_FIELDS) - set(defaults))
     for key, (cls, name) in SCHEMA_FIELDS.items():
         assert plain(defaults[key]) == plain(field_defaults(cls)[name]), (key, cls.__name__, name)
-
-
-def cli_commands() -> dict[str, Any]:
-    """Click commands by their spelled name ('eval', 'bench sandbox')."""
-    root = typer.main.get_command(app)
-    out = {}
-    for name, cmd in root.commands.items():
-        for sub_name, sub in getattr(cmd, "commands", {}).items():
-            out[f"{name} {sub_name}"] = sub
-        out[name] = cmd
-    return out
-
-
-@pytest.mark.parametrize("command", sorted(CLI_CONFIGS))
-def test_every_cli_default_is_the_dataclass_default(command):
-    cls = CLI_CONFIGS[command]
-    defaults = field_defaults(cls)
-    params = {p.name: p for p in cli_commands()[command].params}
-    shared = sorted(set(params) & set(defaults))
-    assert len(shared) >= 2, (command, shared)
-    for name in shared:
-        got, want = params[name].default, defaults[name]
-        if isinstance(want, tuple) and isinstance(got, str):  # comma-separated list options
-            got = tuple(got.split(",")) if got else ()
-        assert plain(got) == plain(want), (command, name, got, want)
 
 
 def test_train_and_sft_help_come_from_the_dataclasses():

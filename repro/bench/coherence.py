@@ -20,30 +20,33 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from repro.generation.base import SamplingConfig
-from repro.generation.hf import HFEngine
-from repro.models import load
 from repro.objectives import Minibatch, group_advantages, make_config, policy_loss
-from repro.training.logprobs import response_logprobs
-from repro.training.rollout import PromptStream, Rewarder, rollout
+
+
+def _option(default: Any, help_text: str) -> Any:
+    return field(default=default, metadata={"help": help_text})
 
 
 @dataclass(frozen=True)
 class CoherenceConfig:
-    model: str
-    task: str = "synth-rule"
-    batches: int = 8
-    prompts: int = 8
-    group_size: int = 8
-    max_new_tokens: int = 64
-    temperature: float = 1.0
-    seed: int = 0
-    same_prompts: bool = False
+    """Options of `repro bench coherence`."""
+
+    model: str = field(metadata={"help": "Policy folder (e.g. an SFT start or a run's final)."})
+    task: str = _option("synth-rule", "Training prompt set.")
+    batches: int = _option(8, "Independent rollout batches (>= 2).")
+    prompts: int = _option(8, "Prompts per batch.")
+    group_size: int = _option(8, "Samples per prompt (>= 2).")
+    max_new_tokens: int = _option(64, "Response budget.")
+    temperature: float = _option(1.0, "Sampling temperature.")
+    seed: int = _option(0, "Prompt stream and sampling seed.")
+    same_prompts: bool = _option(False, "Redraw samples of one prompt set.")
 
     def __post_init__(self) -> None:
         for name in ("batches", "prompts", "group_size", "max_new_tokens"):
@@ -55,6 +58,11 @@ class CoherenceConfig:
 
 def batch_gradients(cfg: CoherenceConfig) -> torch.Tensor:
     """[batches, params] GRPO gradients of independent rollout batches at `cfg.model`."""
+    from repro.generation.hf import HFEngine  # transformers: not at `repro` CLI import
+    from repro.models import load
+    from repro.training.logprobs import response_logprobs
+    from repro.training.rollout import PromptStream, Rewarder, rollout
+
     model, tok = load(cfg.model)
     stream = PromptStream({cfg.task: 1.0}, cfg.seed, cfg.prompts)
     rewarder = Rewarder({stream.specs[n].kind for n in stream.names})

@@ -51,26 +51,52 @@ STALE_FACTOR = 3  # vllm_sync: a stale vLLM must be this far beyond the toleranc
 NOISE_FACTOR = 4  # vllm_sync: tolerance = this x vLLM's own noise at load (tests/vllm_cpu)
 
 
+# rollout sizes on the GPU shape / on --tiny, where the option is not given
+GPU_SIZES = {"prompts_per_step": 8, "group_size": 8, "minibatches": 4, "max_new_tokens": 1024}
+TINY_SIZES = {"prompts_per_step": 4, "group_size": 4, "minibatches": 2, "max_new_tokens": 8}
+
+
+def _size(name: str, what: str) -> Any:
+    """A rollout size that defaults to the mode's (GPU_SIZES or TINY_SIZES)."""
+    return field(default=None, metadata={
+        "help": f"{what} (default: {GPU_SIZES[name]}; {TINY_SIZES[name]} with --tiny)."})
+
+
 @dataclass
 class PreflightConfig:
-    out: Path  # folder: preflight.json, the model, the workers' logs
-    tiny: bool = False
-    shape: str = "qwen3-32b-4l"
-    processes: int = 0  # 0: every visible GPU (2 on CPU)
-    lr: float | None = None  # None: the paper preset's
-    prompts_per_step: int = 8
-    group_size: int = 8
-    minibatches: int = 4
-    max_new_tokens: int = 1024
-    budget_s: float = 420.0  # the whole preflight; each stage also has its own budget
-    budgets: dict[str, float] = field(default_factory=dict)
+    """Options of `repro bench gpu`; `resolved()` fills what the mode decides."""
+
+    out: Path = field(default=Path("preflight"), metadata={
+        "help": "Folder: preflight.json, the model, worker logs."})
+    tiny: bool = field(default=False, metadata={
+        "help": "CPU mode (tiny model, 2 gloo processes): for CI."})
+    shape: str = field(default="qwen3-32b-4l", metadata={
+        "help": f"Random-init Qwen3 shape (GPU): {', '.join(SHAPES)}."})
+    processes: int = field(default=0, metadata={
+        "help": "Processes (0: every visible GPU; 2 on CPU)."})
+    lr: float | None = field(default=None, metadata={
+        "help": "Learning rate (default: the paper preset's)."})
+    prompts_per_step: int | None = _size("prompts_per_step", "Prompts per rollout step")
+    group_size: int | None = _size("group_size", "Responses per prompt")
+    minibatches: int | None = _size("minibatches", "Updates per rollout step (K)")
+    max_new_tokens: int | None = _size("max_new_tokens", "Response budget (tokens)")
+    budget_s: float = field(default=420.0, metadata={
+        "help": "Total seconds; each stage has its own too."})
+    budgets: dict[str, float] = field(default_factory=dict, metadata={
+        "help": f"Seconds of a stage over the mode's ({', '.join(GPU_BUDGETS)})."})
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.budgets) - set(GPU_BUDGETS))
+        if unknown:
+            raise ValueError(f"PreflightConfig.budgets: unknown stage(s) {unknown}; "
+                             f"stages: {list(GPU_BUDGETS)}")
 
     def resolved(self) -> PreflightConfig:
         world = self.processes or (torch.cuda.device_count() if not self.tiny else 2)
-        small = {"prompts_per_step": 4, "group_size": 4, "minibatches": 2, "max_new_tokens": 8,
-                 "shape": "tiny"} if self.tiny else {}
+        sizes = TINY_SIZES if self.tiny else GPU_SIZES
+        given = {k: v for k, v in asdict(self).items() if v is not None}
         base = TINY_BUDGETS if self.tiny else GPU_BUDGETS
-        return PreflightConfig(**(asdict(self) | small | {
+        return PreflightConfig(**(sizes | given | ({"shape": "tiny"} if self.tiny else {}) | {
             "processes": world, "budgets": base | self.budgets,
             "lr": self.lr if self.lr is not None else preset()["lr"]}))
 

@@ -4,12 +4,12 @@ them). Imports are deferred so that `repro --help` does not load matplotlib."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from repro.reporting.study import DEFAULT_STUDY as D
-from repro.reporting.study import Study, field_help
+from repro.cli_fields import config_options
+from repro.reporting.study import Study
 
 AGGREGATE_HELP = "Folder written by `repro aggregate` (results/aggregate)."
 
@@ -22,22 +22,14 @@ def register(app: typer.Typer) -> None:
     app.command("compare")(compare_cmd)
 
 
-def _study_option(name: str) -> typer.models.OptionInfo:
-    """A study setting's option; its help is the Study field's."""
-    return typer.Option(help=field_help(name))
-
-
-def _names(text: str) -> tuple[str, ...]:
-    """Comma-separated run labels -> a tuple (empty entries dropped)."""
-    return tuple(name.strip() for name in text.split(",") if name.strip())
-
-
 def _fail(command: str, err: Exception) -> typer.Exit:
     typer.echo(f"repro {command}: {err}", err=True)
     return typer.Exit(2)
 
 
+@config_options(Study)
 def aggregate_cmd(
+    settings: dict[str, Any],
     files: Annotated[list[Path], typer.Argument(
         help="train_log.parquet and problems.parquet files under key=value folders "
              "(each problems.parquet's sibling samples.parquet is read too).",
@@ -45,29 +37,13 @@ def aggregate_cmd(
     out: Annotated[Path, typer.Option(help="Output folder of the aggregate tables.")] = Path(
         "results/aggregate"
     ),
-    experiment: Annotated[str, _study_option("experiment")] = D.experiment,
-    baseline: Annotated[str, _study_option("baseline")] = D.baseline,
-    proposed: Annotated[str, _study_option("proposed")] = D.proposed,
-    main_algos: Annotated[str, _study_option("main_algos")] = ",".join(D.main_algos),
-    main_group_size: Annotated[int, _study_option("main_group_size")] = D.main_group_size,
-    ablation_algos: Annotated[str, _study_option("ablation_algos")] = ",".join(D.ablation_algos),
-    group_algos: Annotated[str, _study_option("group_algos")] = ",".join(D.group_algos),
-    threshold: Annotated[float, _study_option("threshold")] = D.threshold,
-    smooth_window: Annotated[int, _study_option("smooth_window")] = D.smooth_window,
-    final_frac: Annotated[float, _study_option("final_frac")] = D.final_frac,
 ) -> None:
     """Per-job train logs and evaluations -> train_curves, runs, eval_problems and eval_samples
     Parquet, with the run keys of their paths and the study settings in the metadata."""
     from repro.reporting.aggregate import aggregate
 
     try:
-        study = Study(
-            experiment=experiment, baseline=baseline, proposed=proposed,
-            main_algos=_names(main_algos), main_group_size=main_group_size,
-            ablation_algos=_names(ablation_algos), group_algos=_names(group_algos),
-            threshold=threshold, smooth_window=smooth_window, final_frac=final_frac,
-        )
-        counts = aggregate(files, out, study)
+        counts = aggregate(files, out, Study(**settings))
     except ValueError as err:
         raise _fail("aggregate", err) from None
     for name, rows in counts.items():

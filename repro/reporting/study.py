@@ -79,10 +79,3 @@ class Study:
             raise ValueError(f"{path}: no study settings in its metadata ({err!r}); "
                              "was it written by repro aggregate?") from None
 
-
-def field_help(name: str) -> str:
-    """The help text of a Study field (CLI options reuse it)."""
-    return next(f.metadata["help"] for f in dataclasses.fields(Study) if f.name == name)
-
-
-DEFAULT_STUDY = Study()
