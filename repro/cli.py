@@ -243,6 +243,29 @@ def bench_logprobs(settings: dict[str, Any]) -> None:
     run_logprobs_bench(_build("repro bench logprobs", LogprobsBenchConfig, settings))
 
 
+@bench_app.command("rl-step")
+def bench_rl_step(
+    repeats: Annotated[int, typer.Option(help="Timed rounds (median reported).")] = 5,
+    out: Annotated[Path | None, typer.Option(help="Also write the JSON here.")] = None,
+    threads: Annotated[int | None, typer.Option(help=THREADS_HELP)] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(
+        help="KEY=VALUE overrides of the step's TrainConfig, e.g. algorithm=gspo.")] = None,
+) -> None:
+    """One native RL step of the tiny default, stage by stage (generate, grading, old log-probs,
+    update, diagnostics, probes, checkpoint), with rollout throughput and update time as ratios
+    to bare `model.generate` and a bare forward + backward, measured side by side."""
+    from repro.bench.rl_step import RLStepBenchConfig, run_rl_step_bench
+
+    try:
+        cfg = RLStepBenchConfig(overrides=overrides or [], repeats=repeats)
+        cfg.train_config()
+    except ValueError as err:
+        typer.echo(f"repro bench rl-step: {err}", err=True)
+        raise typer.Exit(2) from None
+    _set_threads(threads)
+    run_rl_step_bench(cfg, out=out)
+
+
 @bench_app.command("gpu")
 @config_options(PreflightConfig)
 def bench_gpu(settings: dict[str, Any]) -> None:

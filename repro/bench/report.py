@@ -70,3 +70,49 @@ def print_objectives_report(result: dict[str, Any]) -> None:
     console.print(note, highlight=False)
     for v in verdicts:
         console.print(escape(v), style="green" if v.startswith("PASS") else "red", highlight=False)
+
+
+STAGE_LABELS = {
+    "generate": "rollout: generate (HF engine)",
+    "grading": "rollout: grading",
+    "old_logprobs": "rollout: old log-probs, batching, advantages",
+    "update": "update (K minibatches, AdamW)",
+    "diagnostics": "  of which diagnostics (timed alone)",
+    "probes": "probes",
+    "checkpoint": "checkpoint",
+}
+
+
+def print_rl_step_report(result: dict[str, Any]) -> None:
+    """Per-stage medians of one RL step, the baselines beside them, the two ratios."""
+    cfg, train, env = result["config"], result["train"], result["env"]
+    console = Console()
+    console.print(
+        f"one native RL step: {train['algorithm']}, P={train['prompts_per_step']} "
+        f"G={train['group_size']} K={train['minibatches']} max_new_tokens="
+        f"{train['max_new_tokens']}; median of {cfg['repeats']} rounds; torch {env['torch']}, "
+        f"{env['threads']} threads; loop and baselines alternate A B / B A",
+        highlight=False,
+    )
+    table = Table()
+    for i, head in enumerate(("stage", "median ms", "share of step")):
+        table.add_column(head, justify="left" if i == 0 else "right")
+    for name, seconds in result["stages_s"].items():
+        table.add_row(STAGE_LABELS[name], _ms(seconds), f"{result['shares'][name]:.1%}")
+    table.add_row("step (rollout + update + probes + checkpoint)", _ms(result["step_s"]), "")
+    table.add_row("bare model.generate, same prompts", _ms(result["bare_s"]["generate"]), "")
+    table.add_row("bare forward + backward, same minibatches", _ms(result["bare_s"]["fwd_bwd"]), "")
+    console.print(table)
+    rates = result["tokens_per_s"]
+    console.print(
+        f"tokens/s (rows x decode steps): rollout {rates['rollout']:,.0f}, engine generate "
+        f"{rates['engine_generate']:,.0f}, bare generate {rates['bare_generate']:,.0f}; kept "
+        f"tokens/s: rollout {rates['rollout_kept']:,.0f}, bare {rates['bare_generate_kept']:,.0f}",
+        highlight=False,
+    )
+    ratios = ", ".join(f"{k} {v:.3f}" for k, v in result["ratios"].items())
+    console.print(f"ratios of medians: {ratios}", highlight=False)
+    for check in result["acceptance"]:
+        verdict = "PASS" if check["passed"] else "FAIL"
+        console.print(f"{verdict}  {check['name']}: {check['value']:.3f}",
+                      style="green" if check["passed"] else "red", highlight=False)

@@ -42,7 +42,7 @@ from repro.training.config import TrainConfig
 from repro.training.export import MANIFEST, frac_label, write_manifest
 from repro.training.logprobs import response_logprobs
 from repro.training.probes import ProbeSet, kl_between
-from repro.training.rollout import PromptStream, Rewarder, rollout
+from repro.training.rollout import PromptStream, Rewarder, RolloutBatch, rollout
 
 
 @dataclass
@@ -94,24 +94,13 @@ def train(
     out = Path(out)
     label, identity, ckpt = open_run(cfg, out, label, resume, fingerprint)
     torch.manual_seed(cfg.seed)
-    model, tok = load(ckpt / "policy" if ckpt else cfg.model)
-    model.train()
-    ref = load(cfg.model)[0].eval() if cfg.kl_coef > 0 else None
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    stream = PromptStream(cfg.tasks, cfg.seed, cfg.prompts_per_step,
-                          data_dir=Path(cfg.data_dir) if cfg.data_dir else None,
-                          sha256_pins=cfg.sha256_pins or None)
-    rewarder = Rewarder({stream.specs[n].kind for n in stream.names})
-    engine = HFEngine(model, tok, batch_size=cfg.prompts_per_step)
-    synthetic = [n for n in stream.names if stream.specs[n].source == "synthetic"]
-    probes = ProbeSet(tok, synthetic, cfg.probe_n) if synthetic else None  # real sets: no probes
+    ctx, probes = step_context(cfg, ckpt / "policy" if ckpt else cfg.model)
+    model, tok, opt, rewarder = ctx.model, ctx.tok, ctx.opt, ctx.rewarder
     if ckpt is not None:
         state = load_trainer_state(ckpt, opt)
         print(f"repro train: resuming from {ckpt} (step {state.step})")
     else:
         state = initial_state(probes, model)
-    ctx = StepContext(cfg, model, tok, ref, opt, cfg.loss_config(), stream, rewarder, engine,
-                      sum(p.numel() for p in model.parameters()))
     bar = progress(cfg.steps, f"train {label}", "step", initial=state.step)
     try:
         for step in range(state.step + 1, cfg.steps + 1):
@@ -132,6 +121,25 @@ def train(
         bar.close()
         rewarder.close()
     return finish_run(out, model, tok, state, identity, cfg)
+
+
+def step_context(cfg: TrainConfig, policy: str | Path) -> tuple[StepContext, ProbeSet | None]:
+    """Policy (from `policy`, in train mode), reference, optimizer, prompt stream, graders,
+    engine and probes of a run: what `train` and `repro bench rl-step` build the same way."""
+    model, tok = load(policy)
+    model.train()
+    ref = load(cfg.model)[0].eval() if cfg.kl_coef > 0 else None
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    stream = PromptStream(cfg.tasks, cfg.seed, cfg.prompts_per_step,
+                          data_dir=Path(cfg.data_dir) if cfg.data_dir else None,
+                          sha256_pins=cfg.sha256_pins or None)
+    rewarder = Rewarder({stream.specs[n].kind for n in stream.names})
+    engine = HFEngine(model, tok, batch_size=cfg.prompts_per_step)
+    synthetic = [n for n in stream.names if stream.specs[n].source == "synthetic"]
+    probes = ProbeSet(tok, synthetic, cfg.probe_n) if synthetic else None  # real sets: no probes
+    ctx = StepContext(cfg, model, tok, ref, opt, cfg.loss_config(), stream, rewarder, engine,
+                      sum(p.numel() for p in model.parameters()))
+    return ctx, probes
 
 
 def open_run(cfg: TrainConfig, out: Path, label: str | None, resume: bool,
@@ -168,10 +176,37 @@ def initial_state(probes: ProbeSet | None, model) -> RunState:
     return RunState(logodds0=logodds0, prev_ctx=ctx0)
 
 
+@dataclass
+class ScoredRollout:
+    """A rollout batch with what every update of the step reads: the behaviour log-probs, the
+    reference's, the entropy at T and the group advantages."""
+
+    batch: RolloutBatch
+    logp_old: Tensor
+    ref_logp: Tensor | None
+    entropy: Tensor
+    adv: Tensor
+    zero_adv_frac: float
+
+
 def train_step(ctx: StepContext, step: int, state: RunState) -> dict[str, Any]:
     """One rollout batch and its K updates; advances the counters in `state`, returns the row."""
-    cfg, model, ref = ctx.cfg, ctx.model, ctx.ref
     t0 = time.perf_counter()
+    scored = rollout_stage(ctx, step)
+    t1 = time.perf_counter()
+    updates = update_stage(ctx, step, scored)
+    t2 = time.perf_counter()
+    batch, resp_mask = scored.batch, scored.batch.response_mask
+    return step_row(ctx.cfg, state, ctx.n_params, ctx.ref is not None, resp_mask.sum(-1),
+                    batch.reward, batch.truncated, float(scored.entropy[resp_mask].mean()),
+                    scored.zero_adv_frac, updates, t1 - t0, t2 - t1, batch.grader_errors)
+
+
+def rollout_stage(ctx: StepContext, step: int) -> ScoredRollout:
+    """Sample and grade the step's P x G responses, then score them once (logp_old, the
+    reference, entropy) and take group advantages. Apart from the updates so that `repro bench
+    rl-step` times the two halves of the very step the loop runs."""
+    cfg, model, ref = ctx.cfg, ctx.model, ctx.ref
     t_behaviour = cfg.sampling_temperature()
     sampling = SamplingConfig(temperature=t_behaviour, top_p=cfg.top_p, top_k=cfg.top_k,
                               max_new_tokens=cfg.max_new_tokens, n=cfg.group_size,
@@ -192,32 +227,39 @@ def train_step(ctx: StepContext, step: int, state: RunState) -> dict[str, Any]:
     if batch.engine_logp is not None:
         logp_old = batch.engine_logp
     adv, adv_info = group_advantages(batch.reward, batch.group, AdvantageConfig(cfg.advantage_scale))
-    t1 = time.perf_counter()
+    return ScoredRollout(batch, logp_old, ref_logp, entropy, adv, adv_info["zero_adv_frac"])
 
+
+def minibatch_rows(cfg: TrainConfig, step: int, batch: RolloutBatch) -> list[tuple[Tensor, int]]:
+    """The K minibatches of a step: (row mask, width) each, whole groups in a seeded order."""
     order = torch.randperm(cfg.prompts_per_step, generator=torch.Generator().manual_seed(
         cfg.seed * 1_000_003 + step)).view(cfg.minibatches, -1)
-    updates = []
+    out = []
     for groups in order:
         rows = torch.isin(batch.group, groups)
-        width = int(batch.attention_mask[rows].sum(-1).max())
+        out.append((rows, int(batch.attention_mask[rows].sum(-1).max())))
+    return out
+
+
+def update_stage(ctx: StepContext, step: int, scored: ScoredRollout) -> list[dict[str, float]]:
+    """The K optimizer updates on the scored rollout; returns each update's metrics."""
+    cfg, model, batch, ref_logp = ctx.cfg, ctx.model, scored.batch, scored.ref_logp
+    args = (batch.input_ids, batch.attention_mask, batch.response_mask)
+    updates = []
+    for rows, width in minibatch_rows(cfg, step, batch):
         ids, attn, resp = (t[rows, :width] for t in args)
         logp, _ = response_logprobs(model, ids, attn, resp, chunk_size=cfg.logprob_chunk,
                                     temperature=cfg.temperature, with_entropy=False)
         loss, metrics = loss_and_diagnostics(
-            ctx.loss_cfg, logp, logp_old[rows, :width], resp, adv[rows], batch.group[rows], ids,
-            len(ctx.tok), ref_logp=None if ref_logp is None else ref_logp[rows, :width],
-            kl_coef=cfg.kl_coef)
+            ctx.loss_cfg, logp, scored.logp_old[rows, :width], resp, scored.adv[rows],
+            batch.group[rows], ids, len(ctx.tok),
+            ref_logp=None if ref_logp is None else ref_logp[rows, :width], kl_coef=cfg.kl_coef)
         ctx.opt.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf)
         ctx.opt.step()
         updates.append(metrics | {"loss": float(loss.detach()), "grad_norm": float(norm)})
-    t2 = time.perf_counter()
-
-    resp_mask = batch.response_mask
-    return step_row(cfg, state, ctx.n_params, ref is not None, resp_mask.sum(-1), batch.reward,
-                    batch.truncated, float(entropy[resp_mask].mean()), adv_info["zero_adv_frac"],
-                    updates, t1 - t0, t2 - t1, batch.grader_errors)
+    return updates
 
 
 def step_row(cfg: TrainConfig, state: RunState, n_params: int, has_ref: bool,

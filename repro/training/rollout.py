@@ -114,6 +114,12 @@ class RolloutBatch:
     grader_errors: int = 0  # responses the grader failed on (scored 0, counted apart)
 
 
+def chat_prompts(tok, picks: list[tuple[str, Problem]], specs: dict[str, Any]) -> list[str]:
+    """The chat-templated prompt text of each pick, as the policy sees it."""
+    return [tok.apply_chat_template(build_messages(specs[name], p), tokenize=False,
+                                    add_generation_prompt=True) for name, p in picks]
+
+
 def rollout(
     engine: HFEngine,
     picks: list[tuple[str, Problem]],
@@ -124,10 +130,7 @@ def rollout(
     want_engine_logp: bool,
 ) -> RolloutBatch:
     tok = engine.tokenizer
-    prompts = [
-        tok.apply_chat_template(build_messages(specs[name], p), tokenize=False, add_generation_prompt=True)
-        for name, p in picks
-    ]
+    prompts = chat_prompts(tok, picks, specs)
     completions = engine.generate(prompts, sampling, return_logprobs=want_engine_logp)
     rows, group, items, truncated, elogp = [], [], [], [], []
     for g, (prompt, (_, problem), comps) in enumerate(zip(prompts, picks, completions)):
