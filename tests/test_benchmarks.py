@@ -30,7 +30,7 @@ DROP = object()  # marks a key to delete from a YAML
 def test_every_builtin_yaml_validates():
     assert benchmark_names() == [
         "aime25", "hmmt25", "lcb-train", "livecodebench", "openr1-math", "synth-aime",
-        "synth-hmmt", "synth-lcb", "synth-rule",
+        "synth-hmmt", "synth-lcb", "synth-preamble", "synth-rule",
     ]
     aime, hmmt = get_benchmark("aime25"), get_benchmark("hmmt25")
     assert (aime.dataset, aime.split, aime.template) == (AIME_ID, "train", "math-integer")

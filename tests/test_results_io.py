@@ -59,7 +59,7 @@ def test_a_train_log_from_before_the_added_columns_reads_them_as_nan(tmp_path):
     import pyarrow as pa
 
     from repro.results import TRAIN_LOG
-    from repro.results.schemas import TRAIN_LOG_ADDED
+    from repro.results.schemas import TRAIN_LOG_ADDED, TRAIN_LOG_PREAMBLE
 
     values = {f.name: ("a" if f.type == pa.string() else 1) for f in TRAIN_LOG}
     table = pa.Table.from_pylist([values], schema=TRAIN_LOG)
@@ -69,6 +69,11 @@ def test_a_train_log_from_before_the_added_columns_reads_them_as_nan(tmp_path):
     assert read.column_names == TRAIN_LOG.names
     assert all(math.isnan(read[name][0].as_py()) for name in TRAIN_LOG_ADDED)
     assert read.drop_columns(list(TRAIN_LOG_ADDED)).equals(old)
+    v3 = table.drop_columns(list(TRAIN_LOG_PREAMBLE))  # written before the preamble probes
+    pq.write_table(v3, tmp_path / "v3.parquet")
+    read = read_table(tmp_path / "v3.parquet", TRAIN_LOG)
+    assert all(math.isnan(read[name][0].as_py()) for name in TRAIN_LOG_PREAMBLE)
+    assert read.drop_columns(list(TRAIN_LOG_PREAMBLE)).equals(v3)
     pq.write_table(old.drop_columns(["entropy"]), tmp_path / "worse.parquet")
     with pytest.raises(ValueError, match="schema differs"):
         read_table(tmp_path / "worse.parquet", TRAIN_LOG)

@@ -26,7 +26,7 @@ from repro.tasks import (
 from repro.tasks.prompts import LCB_SYSTEM_MESSAGE, code_messages, math_user_message
 
 MATH = ("synth-aime", "synth-hmmt")
-ALL = (*MATH, "synth-lcb", "synth-rule")  # synth-rule: its own demo tests (test_synth_rule.py)
+ALL = (*MATH, "synth-lcb", "synth-rule", "synth-preamble")  # the last two: own demo tests
 LCB_FIELDS = {
     "question_title", "question_content", "platform", "question_id", "contest_id", "contest_date",
     "starter_code", "difficulty", "public_test_cases", "private_test_cases", "metadata",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import torch
 from repro.models import load
 from repro.objectives import algorithm_names
 from repro.results import TRAIN_LOG, read_table
+from repro.results.schemas import TRAIN_LOG_PREAMBLE
 from repro.training import rollout
 from repro.training.config import TrainConfig, load_train_config
 from repro.training.loop import train
@@ -56,6 +58,7 @@ def test_every_algorithm_runs_and_logs_its_schema(algorithm, objective, tiny_mod
     assert [r["step"] for r in rows] == [1, 2, 3]
     diagnostics = ("asym", "residual_full")  # NaN where a minibatch has no shared node
     diagnostics += () if algorithm == "dfpo" else ("w_shift",)  # DFPO's transform only
+    diagnostics += TRAIN_LOG_PREAMBLE  # tasks with preambles only (test_preamble_probes_...)
     assert all(math.isfinite(v) for r in rows for k, v in r.items()
                if isinstance(v, float) and k not in diagnostics)
     assert rows[-1]["gen_tokens_cum"] == sum(r["gen_tokens"] for r in rows)
@@ -123,6 +126,22 @@ def test_same_seed_same_metrics(tiny_model, tmp_path, hashed):
     train(TrainConfig(**small(tiny_model, steps=2, seed=1)), tmp_path / "c")
     c = read_table(tmp_path / "c" / "train_log.parquet", TRAIN_LOG).to_pylist()
     assert comparable(c) != comparable(other.to_pylist())
+
+
+def test_preamble_probes_are_logged_kept_across_a_resume_and_reproducible(tiny_model, tmp_path,
+                                                                        hashed, capsys):
+    """synth-preamble logs preamble_kl / phrasing_kl against the start measured once; a run
+    resumed from a checkpoint (the start's measure in its state) logs the same numbers."""
+    cfg = TrainConfig(**small(tiny_model, tasks={"synth-preamble": 1.0}, checkpoint_every=1))
+    train(cfg, tmp_path / "whole")
+    rows = read_table(tmp_path / "whole" / "train_log.parquet", TRAIN_LOG).to_pylist()
+    assert all(r["preamble_kl"] > 0 and r["phrasing_kl"] > 0 for r in rows)  # lr 1e-3 moves it
+    shutil.copytree(tmp_path / "whole" / "checkpoints" / "step_000002",
+                    tmp_path / "resumed" / "checkpoints" / "step_000002")
+    train(cfg, tmp_path / "resumed", resume=True)
+    assert "resuming from" in capsys.readouterr().out
+    resumed = read_table(tmp_path / "resumed" / "train_log.parquet", TRAIN_LOG).to_pylist()
+    assert comparable(resumed) == comparable(rows)
 
 
 @pytest.mark.slow

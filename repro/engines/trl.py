@@ -136,6 +136,7 @@ class RunLog(TrainerCallback):
         start = initial_state(self.probes, model)
         model.train()
         self.state.logodds0, self.state.prev_ctx = start.logodds0, start.prev_ctx
+        self.state.preamble0 = start.preamble0
 
     def update(self, metrics: dict[str, float], entropy_sum: float, entropy_n: int) -> None:
         self.micro.append(metrics)

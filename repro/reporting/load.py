@@ -1,24 +1,30 @@
 """The aggregate tables as tables and figures read them: per-run curves and per-seed problem
-scores, indexed once. Only `results/aggregate/*.parquet` is read (eval_samples is not needed).
+scores, indexed once. Only `results/aggregate/*.parquet` is read; of eval_samples only the
+start's samples on tasks that classify their errors (`start_errors`).
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from repro.reporting.aggregate import CURVES_OUT, PROBLEMS_OUT, RUNS_OUT
-from repro.reporting.study import Study
+from repro.benchmarks import get_benchmark, load_problems
+from repro.reporting.aggregate import CURVES_OUT, PROBLEMS_OUT, RUNS_OUT, SAMPLES_OUT
+from repro.reporting.study import INIT_ALGO, Study
 from repro.results import AGG_EVAL_PROBLEMS, AGG_RUNS, AGG_TRAIN_CURVES, read_table
 from repro.results.manifest import check_inputs
+from repro.tasks import SYNTHETIC
 
 RunKey = tuple[str, str, int, int]  # model, algo, group_size, seed
 EvalKey = tuple[str, str, int | None, float, str]  # model, algo, group_size, frac, benchmark
 SeedScores = dict[int, dict[str, float]]  # seed -> problem_id -> avg (fraction correct)
+StartErrors = dict[tuple[str, str], dict[int, Counter[str]]]  # (model, bench) -> seed -> kinds
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,7 @@ class Aggregate:
     curves: Mapping[RunKey, pa.Table]  # one run's AGG_TRAIN_CURVES rows, by step
     scores: Mapping[EvalKey, SeedScores]
     k: Mapping[str, frozenset[int]]  # benchmark -> samples per problem seen
+    start_errors: StartErrors = field(default_factory=dict)  # the start's wrong samples by kind
 
     def models(self) -> list[str]:
         return sorted({key[0] for key in self.curves} | {key[0] for key in self.scores})
@@ -71,7 +78,37 @@ def load_aggregate(folder: Path) -> Aggregate:
         curves=_split_runs(curves),
         scores=_index_scores(problems),
         k=_k_by_benchmark(problems),
+        start_errors=start_errors(folder / SAMPLES_OUT) if (folder / SAMPLES_OUT).is_file()
+        else {},
     )
+
+
+def start_errors(samples: Path) -> StartErrors:
+    """(model, benchmark) -> seed -> Counter of the error kinds of the start's wrong samples,
+    for benchmarks whose synthetic task classifies errors (`error_kind`); every start seed is
+    listed, one without errors with an empty Counter. The gold answers come from the task's
+    deterministic generator, checked problem by problem against the samples' problem_hash."""
+    classified = sorted(name for name, task in SYNTHETIC.items() if hasattr(task, "error_kind"))
+    columns = ["run_model", "run_seed", "benchmark", "problem_id", "problem_hash", "correct",
+               "extracted"]
+    table = pq.read_table(samples, columns=columns, filters=[
+        ("run_algo", "=", INIT_ALGO), ("benchmark", "in", classified)])
+    gold: dict[str, dict[str, tuple[str, str]]] = {}  # bench -> id -> (text hash, answer)
+    out: StartErrors = {}
+    for model, seed, bench, pid, phash, correct, extracted in zip(
+        *(table[c].to_pylist() for c in columns), strict=True
+    ):
+        if bench not in gold:
+            gold[bench] = {p.problem_id: (p.text_hash(), p.answer)
+                           for p in load_problems(get_benchmark(bench))[0]}
+        seen = out.setdefault((model, bench), {}).setdefault(seed, Counter())
+        if correct:
+            continue
+        if gold[bench].get(pid, ("", ""))[0] != phash:
+            raise ValueError(f"{samples}: {bench} problem {pid} is not the one the task "
+                             "generates now; its errors cannot be classified")
+        seen[SYNTHETIC[bench].error_kind(gold[bench][pid][1], extracted)] += 1
+    return out
 
 
 def _split_runs(curves: pa.Table) -> dict[RunKey, pa.Table]:

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from repro.reporting.aggregate import RUNS_OUT
 from repro.reporting.load import Aggregate, load_aggregate
 from repro.reporting.render import Table, write_report
+from repro.reporting.tables_budget import budget_table
 from repro.reporting.tables_eval import ablation_tables, main_table
 from repro.reporting.tables_paper import paper_table
 from repro.reporting.tables_train import compute_table, mechanism_table
@@ -29,6 +30,7 @@ TABLES: dict[str, Callable[[Aggregate], list[Table]]] = {
     "mechanism": mechanism_table,
     "ablations": ablation_tables,
     "verdict": verdict_table,
+    "budget": budget_table,
 }
 
 

@@ -71,13 +71,17 @@ EVAL_PROBLEMS = pa.schema(
 # unless the behaviour policy differs from the trainer's). Version 3 added the mechanism
 # columns: s_spread_product (the same spread under the product reading of s), w_shift (DFPO's
 # mean |w~/w - 1|, NaN for other objectives), shared_frac (share of response tokens on shared
-# prefix nodes); files written before read them as NaN (ADDED_COLUMNS).
+# prefix nodes); files written before read them as NaN (ADDED_COLUMNS). Version 4 added the
+# preamble probes (synth-preamble; NaN for tasks without preambles): preamble_kl, the mean per
+# preamble token of KL(start || now) (the learning tax on shared, reward-irrelevant tokens), and
+# phrasing_kl, KL(start || now) of the distribution over the equally taught phrasings.
 TRAIN_LOG_ADDED = ("s_spread_product", "w_shift", "shared_frac")
+TRAIN_LOG_PREAMBLE = ("preamble_kl", "phrasing_kl")
 TRAIN_LOG_METRICS = (
     "reward_mean", "reward_std", "accuracy", "response_len", "truncated_frac", "entropy",
     "loss", "clip_frac", "ppo_kl", "w_min", "w_max", "w_mean", "neg_weight_frac", "s_spread",
     "zero_adv_frac", "asym", "residual_full", "freq_energy", "logodds", "logodds_drift",
-    "kl_template", "grad_norm", "lr", "grader_errors", *TRAIN_LOG_ADDED,
+    "kl_template", "grad_norm", "lr", "grader_errors", *TRAIN_LOG_ADDED, *TRAIN_LOG_PREAMBLE,
 )
 TRAIN_LOG_TIMING = ("time_rollout", "time_update")
 TRAIN_LOG = pa.schema(
@@ -91,8 +95,8 @@ TRAIN_LOG = pa.schema(
         _f("flops_cum", pa.float64()),  # 2 N per generated token + 6 N per trained token
     ]
     + [_f(name, pa.float64()) for name in TRAIN_LOG_METRICS + TRAIN_LOG_TIMING],
-    metadata={"schema_name": "train_log", "schema_version": "3"},  # 2: s_spread, 3: ADDED
-)
+    metadata={"schema_name": "train_log", "schema_version": "4"},  # 2: s_spread, 3: ADDED,
+)  # 4: TRAIN_LOG_PREAMBLE
 
 # Aggregates (`repro aggregate`): the per-job tables concatenated, with the run's keys parsed
 # from the hive-style path (algo=/model=/group_size=/seed=/frac=) as `run_*` columns. The
@@ -115,12 +119,13 @@ _AGG_EVAL_KEYS = [
 
 AGG_TRAIN_CURVES = pa.schema(
     [*_AGG_RUN_KEYS, *TRAIN_LOG],
-    metadata={"schema_name": "agg_train_curves", "schema_version": "2"},  # 2: TRAIN_LOG_ADDED
-)
+    metadata={"schema_name": "agg_train_curves", "schema_version": "3"},  # 2: TRAIN_LOG_ADDED
+)  # 3: TRAIN_LOG_PREAMBLE
 
 # float64 columns a schema gained after files were committed under it: `read_table` reads
 # such a file with these columns as NaN ("not measured"), so old results stay readable.
-ADDED_COLUMNS = {"train_log": TRAIN_LOG_ADDED, "agg_train_curves": TRAIN_LOG_ADDED}
+ADDED_COLUMNS = {name: TRAIN_LOG_ADDED + TRAIN_LOG_PREAMBLE
+                 for name in ("train_log", "agg_train_curves")}
 AGG_EVAL_SAMPLES = pa.schema(
     [*_AGG_EVAL_KEYS, *EVAL_SAMPLES],
     metadata={"schema_name": "agg_eval_samples", "schema_version": "1"},

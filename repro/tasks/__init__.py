@@ -1,5 +1,6 @@
 """Deterministic synthetic stand-ins for AIME25, HMMT Feb 2025 and LiveCodeBench, and
-`synth-rule` (synth-aime's add/sub with a wrong-rule SFT bias: the task RL learns on a CPU).
+`synth-rule` (synth-aime's add/sub with a wrong-rule SFT bias: the task RL learns on a CPU)
+and `synth-preamble` (synth-rule with a preamble of equally taught phrasings, >= 96 tokens).
 
 Each task writes rows in its real twin's hub schema (so the same loader turns them into
 `Problem`s and the same graders score them), SFT demonstrations that use two equally correct
@@ -12,10 +13,12 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from repro.tasks import synth_aime, synth_hmmt, synth_lcb, synth_rule
+from repro.tasks import synth_aime, synth_hmmt, synth_lcb, synth_preamble, synth_rule
 from repro.tasks.base import Probe
 
-SYNTHETIC: dict[str, ModuleType] = {m.NAME: m for m in (synth_aime, synth_hmmt, synth_lcb, synth_rule)}
+SYNTHETIC: dict[str, ModuleType] = {
+    m.NAME: m for m in (synth_aime, synth_hmmt, synth_lcb, synth_rule, synth_preamble)
+}
 
 __all__ = [
     "SYNTHETIC", "Probe", "synthetic_demonstrations", "synthetic_probes", "synthetic_rows",

@@ -101,12 +101,15 @@ def join(parts: Sequence[Part]) -> str:
     return "".join(text for text, _ in parts)
 
 
+THINK_OPEN = "<think>"  # what every math response starts with, before the work
+
+
 def math_response(work: str, answer: Sequence[Part], dollars: bool = False) -> list[Part]:
     """The one math template: `<think>work</think>\\nThe answer is \\boxed{answer}.`
     (`dollars` wraps the box in `$...$`, an equally correct surface form)."""
     box_open, box_close = ("$\\boxed{", "}$.") if dollars else ("\\boxed{", "}.")
     return [
-        template("<think>"), content(work), template("</think>"), template("\n"),
+        template(THINK_OPEN), content(work), template("</think>"), template("\n"),
         template("The answer is "), template(box_open), *answer, template(box_close),
     ]
 
@@ -118,6 +121,9 @@ class Probe:
     `template_prefixes` are response prefixes, shared by both forms, after which the next token
     starts a template part: the contexts of `kl_template`. `log P(form_a) - log P(form_b)` is
     `logodds_drift`'s quantity; both forms continue `branch_prefix` differently.
+    Tasks whose work opens with one of several equally taught phrasings (synth-preamble) list
+    them in `preambles`, each following the response prefix `preamble_prefix`: the contexts of
+    `preamble_kl` / `phrasing_kl`. Other tasks leave `preambles` empty.
     """
 
     problem_id: str
@@ -125,6 +131,8 @@ class Probe:
     form_a: str
     form_b: str
     template_prefixes: tuple[str, ...]
+    preambles: tuple[str, ...] = ()
+    preamble_prefix: str = ""
 
     @property
     def branch_prefix(self) -> str:

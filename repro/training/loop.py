@@ -31,7 +31,7 @@ from repro.engines.core import loss_and_diagnostics
 from repro.objectives import AdvantageConfig, group_advantages
 from repro.progress import progress
 from repro.results import TRAIN_LOG, write_table
-from repro.results.schemas import TRAIN_LOG_ADDED
+from repro.results.schemas import TRAIN_LOG_ADDED, TRAIN_LOG_PREAMBLE
 from repro.training.checkpoint import (
     latest_checkpoint,
     load_trainer_state,
@@ -41,7 +41,7 @@ from repro.training.checkpoint import (
 from repro.training.config import TrainConfig
 from repro.training.export import MANIFEST, frac_label, write_manifest
 from repro.training.logprobs import response_logprobs
-from repro.training.probes import ProbeSet, kl_between
+from repro.training.probes import ProbeSet, kl_between, preamble_drift
 from repro.training.rollout import PromptStream, Rewarder, RolloutBatch, rollout
 
 
@@ -55,6 +55,7 @@ class RunState:
     flops_cum: float = 0.0
     logodds0: float = math.nan
     prev_ctx: Any = None
+    preamble0: Any = None  # the start's PreambleMeasure (tasks with preambles), else None
     log: list[dict[str, Any]] = field(default_factory=list)
     fraction_steps: dict[float, int] = field(default_factory=dict)  # fraction -> step saved
 
@@ -173,7 +174,8 @@ def finish_run(out: Path, model, tok, state: RunState, identity: dict[str, Any],
 def initial_state(probes: ProbeSet | None, model) -> RunState:
     """Counters and probe baselines of a run at step 0."""
     logodds0, ctx0 = probes.measure(model) if probes else (math.nan, None)
-    return RunState(logodds0=logodds0, prev_ctx=ctx0)
+    preamble0 = probes.preamble.measure(model) if probes and probes.preamble else None
+    return RunState(logodds0=logodds0, prev_ctx=ctx0, preamble0=preamble0)
 
 
 @dataclass
@@ -294,12 +296,15 @@ def nanmean(values: list[float]) -> float:
 
 def probe_row(probes: ProbeSet | None, model, state: RunState) -> dict[str, float]:
     if probes is None:
-        return {"logodds": math.nan, "logodds_drift": math.nan, "kl_template": math.nan}
+        return {"logodds": math.nan, "logodds_drift": math.nan, "kl_template": math.nan,
+                **dict.fromkeys(TRAIN_LOG_PREAMBLE, math.nan)}
     model.eval()
     logodds, ctx = probes.measure(model)
+    preamble = probes.preamble.measure(model) if probes.preamble else None
     model.train()
     row = {"logodds": logodds, "logodds_drift": logodds - state.logodds0,
-           "kl_template": kl_between(ctx, state.prev_ctx)}
+           "kl_template": kl_between(ctx, state.prev_ctx),
+           **preamble_drift(preamble, state.preamble0)}
     state.prev_ctx = ctx
     return row
 
