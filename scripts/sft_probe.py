@@ -9,7 +9,8 @@ so that a seed x ISA x recipe table can be built from it (docs/sft-robustness.md
     python scripts/sft_probe.py --profile 40      # where one step's time goes (no training run)
 
 Extra KEY=VALUE arguments override SFTConfig on top of config/config.yaml's tiny-base block
-(e.g. batch_size=32 steps=1750 lr=4e-3). The model folder goes to a temporary directory.
+(e.g. batch_size=32 steps=1750 lr=4e-3, group_by_length=true, gate_reward=0). The model folder
+goes to a temporary directory; a gate missed at the cap is recorded as the row's outcome.
 """
 
 from __future__ import annotations
@@ -17,21 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import random
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 import yaml
 
-from transformers.trainer_pt_utils import get_length_grouped_indices
-
-from repro.training import sft
+from repro.results.environment import cpu_model
 from repro.training.config import parse_overrides
-from repro.training.sft import SFTConfig, collate, encode_demo, run_sft, sft_step
+from repro.training.sft import GateMissed, SFTConfig, collate, encode_demo, run_sft, sft_step
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,32 +36,6 @@ def stage1_config(seed: int, extra: list[str]) -> SFTConfig:
     """config/config.yaml's models.tiny-base SFT block, the seed and the extra overrides."""
     block = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["models"]["tiny-base"]
     return SFTConfig(**{**block.get("sft", {}), "seed": seed, **parse_overrides(extra)})
-
-
-def grouped_batches(lengths: list[int], batch_size: int, seed: int) -> Iterator[list[int]]:
-    """Endless seeded epochs of length-grouped batches (HF's group_by_length), batch order shuffled.
-
-    Why: 3.5% of stage 1's demos (synth-lcb, ~730 tokens) pad a quarter of the batches of 8 to
-    ~4x the width of the rest (~200), and those batches cost ~6x as much (attention is quadratic).
-    """
-    generator, rng = torch.Generator().manual_seed(seed), random.Random(seed)
-    while True:
-        order = get_length_grouped_indices(lengths, batch_size, generator=generator)
-        batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-        rng.shuffle(batches)
-        yield from (b for b in batches if len(b) == batch_size)  # drop a ragged last one
-
-
-def use_grouped_batches() -> None:
-    """Make run_sft draw length-grouped batches (a probe-only patch; sft.py is unchanged)."""
-    plain_train = sft._train
-
-    def train(model, pad_id, examples, cfg):  # type: ignore[no-untyped-def]
-        lengths = [len(ids) for ids, _ in examples]
-        sft._batches = lambda n, batch_size, seed: grouped_batches(lengths, batch_size, seed)
-        return plain_train(model, pad_id, examples, cfg)
-
-    sft._train = train
 
 
 def profile(cfg: SFTConfig, steps: int) -> None:
@@ -95,45 +65,38 @@ def profile(cfg: SFTConfig, steps: int) -> None:
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
 
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo on Linux), else the machine type."""
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")),
-                platform.machine())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--label", default="default", help="Recipe name for the table.")
     parser.add_argument("--log", type=Path, help="JSON-lines file to append the outcome to.")
     parser.add_argument("--profile", type=int, default=0, help="Profile N steps instead.")
-    parser.add_argument("--group-by-length", action="store_true",
-                        help="Length-grouped batches instead of plain shuffled ones.")
     args, extra = parser.parse_known_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     cfg = stage1_config(args.seed, extra)
     if args.profile:
         profile(cfg, args.profile)
         return
-    if args.group_by_length:
-        use_grouped_batches()
-    with tempfile.TemporaryDirectory() as tmp:
-        m = run_sft(cfg, Path(tmp) / "model")
-    reward = m["train_reward"]
     row = {
         "label": args.label, "seed": args.seed, "overrides": extra,
-        "group_by_length": args.group_by_length,
         "aten_cpu_capability_env": os.environ.get("ATEN_CPU_CAPABILITY", ""),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "cpu": cpu_model(), "torch": torch.__version__,
-        "threads": torch.get_num_threads(), "train_reward": reward["mean"],
-        "reward_per_task": reward["per_task"], "forms": reward["forms"],
-        "loss_final": m["loss"]["final"], "loss_curve": m["loss"]["curve"],
-        "train_time_s": m["train_time_s"], "wall_time_s": m["wall_time_s"],
-        "tokens_per_s": m["tokens_per_s"],
+        "cpu": cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
     }
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            m = run_sft(cfg, Path(tmp) / "model")
+    except GateMissed as err:  # a row all the same: the miss is the outcome
+        row["gate_missed"] = str(err)
+    else:
+        reward = m["train_reward"]
+        row |= {
+            "train_reward": reward["mean"], "reward_per_task": reward["per_task"],
+            "forms": reward["forms"], "steps_run": m["steps_run"],
+            "gate_checks": m["gate_checks"], "loss_final": m["loss"]["final"],
+            "loss_curve": m["loss"]["curve"], "train_time_s": m["train_time_s"],
+            "wall_time_s": m["wall_time_s"], "tokens_per_s": m["tokens_per_s"],
+        }
     print(json.dumps({k: v for k, v in row.items() if k != "loss_curve"}))
     if args.log:
         with args.log.open("a") as f:
