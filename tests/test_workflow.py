@@ -339,9 +339,9 @@ def test_tables_and_figures_from_the_committed_aggregate_alone(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_study_verdicts_come_from_its_committed_aggregate_and_match_the_readme(tmp_path):
+def test_the_study_verdicts_come_from_its_committed_aggregate_and_match_the_results_page(tmp_path):
     """`snakemake tables` under the study preset, on a fresh clone (only the study's committed
-    aggregate and the paper reference), writes verdict.md; its verdicts are the README's."""
+    aggregate and the paper reference), writes verdict.md; its verdicts are those docs/results.md reports."""
     study = "config/presets/tiny-study.yaml"
     wd = copy_workflow(tmp_path, extra=("results/tiny-study/aggregate", "results/paper"))
     args = ("tables", "--cores", "2", "--configfile", study)  # target first: --configfile takes all
@@ -349,7 +349,7 @@ def test_the_study_verdicts_come_from_its_committed_aggregate_and_match_the_read
     ok(snakemake(*args, cwd=wd), wd)
     table = (wd / "results" / "tiny-study" / "tables" / "verdict.md").read_text()
     computed = {cells[0]: cells[-1] for cells in _rows(table)}
-    section = (ROOT / "README.md").read_text().split("### The pre-registered tiny study")[1]
+    section = (ROOT / "docs" / "results.md").read_text().split("## The pre-registered tiny study")[1]
     readme = {cells[0]: cells[-1].replace("*", "").split(" (")[0]
               for cells in _rows(section.split("\n\n")[2])}
     assert set(computed) == {"V", *(f"P{i}" for i in range(1, 9))}
