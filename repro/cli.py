@@ -79,7 +79,7 @@ def sft(
     SFTConfig (e.g. steps=600 lr=3e-3); see repro/training/sft.py for every field."""
     from repro.config_fields import check_fields
     from repro.training.config import parse_overrides
-    from repro.training.sft import SFTConfig, run_sft
+    from repro.training.sft import GateMissed, SFTConfig, run_sft
 
     try:
         overrides = parse_overrides(list(ctx.args))
@@ -89,7 +89,11 @@ def sft(
         typer.echo(f"repro sft: {err}", err=True)
         raise typer.Exit(2) from None
     _set_threads(threads)
-    run_sft(cfg, out)
+    try:
+        run_sft(cfg, out)
+    except GateMissed as err:  # the measured outcome, not a crash: one line, no model written
+        typer.echo(f"repro sft: {out}: {err}", err=True)
+        raise typer.Exit(1) from None
 
 
 def _train_epilog() -> str:

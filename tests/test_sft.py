@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -9,6 +10,9 @@ import random
 import pytest
 import torch
 
+from typer.testing import CliRunner
+
+from repro.cli import app
 from repro.models import TinyModelConfig, build_tiny, load
 from repro.tasks import synthetic_demonstrations
 from repro.training.sft import (
@@ -218,3 +222,13 @@ def test_a_gate_missed_at_the_cap_fails_and_writes_no_model(tok, tmp_path, monke
         run_sft(micro_cfg(steps=2, gate_reward=0.5, gate_every=1, max_steps=3, eval_n=2,
                           eval_max_new_tokens=2), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+    micro = [f"model.{k}={v}" for k, v in dataclasses.asdict(MICRO).items()]
+    result = CliRunner().invoke(app, ["sft", "--out", str(tmp_path / "cli"), *micro,
+                                      "n_demos=16", "steps=2", "warmup=1", "batch_size=4",
+                                      "eval_n=2", "gate_reward=0.5", "gate_every=1",
+                                      "max_steps=3"])
+    assert result.exit_code == 1, result.output
+    said = [line for line in result.output.splitlines() if line.startswith("repro sft:")]
+    assert len(said) == 1 and "SFT gate missed" in said[0]  # one line (beside the progress bar)
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "cli").exists()
