@@ -228,7 +228,7 @@ def test_a_gate_missed_at_the_cap_fails_and_writes_no_model(tok, tmp_path, monke
                                       "eval_n=2", "gate_reward=0.5", "gate_every=1",
                                       "max_steps=3"])
     assert result.exit_code == 1, result.output
-    said = [line for line in result.output.splitlines() if line.startswith("repro sft:")]
+    said = [line for line in result.output.replace("\r", "\n").splitlines() if "repro sft:" in line]
     assert len(said) == 1 and "SFT gate missed" in said[0]  # one line (beside the progress bar)
     assert "Traceback" not in result.output
     assert not (tmp_path / "cli").exists()
