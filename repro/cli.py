@@ -122,8 +122,8 @@ def train(
 ) -> None:
     """RL-train a policy. Extra arguments are KEY=VALUE overrides of the config, e.g.
     `algorithm=dfpo objective.transform=orth_proj steps=40` (fields: see TrainConfig)."""
+    from repro.engines.registry import train as run_train
     from repro.training.config import load_train_config
-    from repro.training.loop import train as run_train
 
     try:
         cfg = load_train_config(config, list(ctx.args))

@@ -156,10 +156,10 @@ def test_two_processes_report_the_whole_update(tmp_path):
 def test_run_log_under_accumulation_equals_accumulation_1(tmp_path, monkeypatch):
     """`repro train engine=trl` end to end (TRL's loop, the run log's merge of micro-steps):
     with 4 micro-steps per update the logged diagnostics and losses equal the A = 1 run's."""
+    from repro.engines.registry import train
     from repro.results import TRAIN_LOG, read_table
     from repro.training import rollout
     from repro.training.config import TrainConfig
-    from repro.training.loop import train
     from train_helpers import hashed_rewards, sharpened_tiny_policy
 
     monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)

@@ -13,12 +13,12 @@ import torch
 from train_helpers import comparable, hashed_rewards
 
 from repro.atomic import WriteFailed
+from repro.engines.registry import train
 from repro.models import TinyModelConfig, build_tiny
 from repro.results import TRAIN_LOG, read_table
 from repro.training import checkpoint, rollout
 from repro.training.checkpoint import latest_checkpoint, verify_checkpoint
 from repro.training.config import TrainConfig
-from repro.training.loop import train
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from repro.engines.registry import train
 from repro.evaluation.runner import EvalConfig, run_eval
 from repro.models import TinyModelConfig, build_tiny, load
 from repro.training.config import TrainConfig
-from repro.training.loop import train
 
 START = Path(__file__).parent / "fixtures" / "synth_rule_start"
 HELD_OUT = 128  # of the 256 eval-split problems: avg@4 has a standard error of ~2 points here

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from repro.engines.registry import train
 from repro.models import load
 from repro.objectives import algorithm_names
 from repro.results import TRAIN_LOG, read_table
 from repro.results.schemas import TRAIN_LOG_PREAMBLE
 from repro.training import rollout
 from repro.training.config import TrainConfig, load_train_config
-from repro.training.loop import train
 from train_helpers import comparable, hashed_rewards, sharpened_tiny_policy
 
 HERE = Path(__file__).parent
@@ -178,11 +178,10 @@ def test_first_minibatch_ratio_is_one_at_the_sampling_temperature(tiny_model, tm
     """At T != 1 the sampler, logp_old and the first update all score softmax(logits / T): the
     ratio is exactly 1 on the first minibatch (the trainer's own logp_old) or equal up to float
     noise (the engine's), and logp_old is the T-scaled log-prob of a plain forward pass."""
-    from repro.engines import core
-    from repro.training import loop
+    from repro.engines import core, native
 
     losses, scored = [], []
-    real_loss, real_logprobs = core.policy_loss, loop.response_logprobs
+    real_loss, real_logprobs = core.policy_loss, native.response_logprobs
 
     def spy_loss(cfg, mb, norm=None):
         losses.append((mb.logp.detach().clone(), mb.logp_old.clone(), mb.mask.clone()))
@@ -194,7 +193,7 @@ def test_first_minibatch_ratio_is_one_at_the_sampling_temperature(tiny_model, tm
         return out
 
     monkeypatch.setattr(core, "policy_loss", spy_loss)  # the loss every engine calls
-    monkeypatch.setattr(loop, "response_logprobs", spy_logprobs)
+    monkeypatch.setattr(native, "response_logprobs", spy_logprobs)
     train(TrainConfig(**small(tiny_model, steps=1, temperature=0.5,
                               behaviour_logprobs=behaviour)), tmp_path)
     logp, logp_old, mask = losses[0]  # minibatch 1 of step 1: the policy that sampled

@@ -9,9 +9,9 @@ import json
 from test_train import hashed, small, tiny_model  # noqa: F401  (fixtures)
 from train_helpers import comparable
 
+from repro.engines.registry import train
 from repro.results import TRAIN_LOG, read_table
 from repro.training.config import TrainConfig
-from repro.training.loop import train
 
 
 def log_of(out) -> list[dict]:

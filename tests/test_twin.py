@@ -101,9 +101,9 @@ def test_a_bf16_checkpoint_trains_at_the_paper_lr(tmp_path, monkeypatch):
     from safetensors.torch import load_file
     from train_helpers import hashed_rewards
 
+    from repro.engines.registry import train
     from repro.training import rollout
     from repro.training.config import TrainConfig
-    from repro.training.loop import train
 
     monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
     start = tiny_bf16_model(tmp_path / "start")

@@ -25,9 +25,9 @@ def hashed_rewards(self, items):
 def run(config: dict, out: Path, resume: bool = False) -> None:
     import torch
 
+    from repro.engines.registry import train
     from repro.training import rollout
     from repro.training.config import TrainConfig
-    from repro.training.loop import train
 
     torch.set_num_threads(1)
     rollout.Rewarder.__call__ = hashed_rewards

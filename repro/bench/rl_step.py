@@ -31,20 +31,19 @@ from repro.atomic import atomic_file
 from repro.bench.report import print_rl_step_report
 from repro.diagnostics import cancellation_metrics, token_coefficients
 from repro.engines.core import loss_and_diagnostics
-from repro.training.checkpoint import save_checkpoint
-from repro.training.config import TrainConfig, check_train_fields, parse_overrides
-from repro.training.logprobs import response_logprobs
-from repro.training.loop import (
+from repro.engines.native import (
     ScoredRollout,
     StepContext,
-    initial_state,
     minibatch_rows,
-    probe_row,
     rollout_stage,
     step_context,
     update_stage,
 )
+from repro.training.checkpoint import save_checkpoint
+from repro.training.config import TrainConfig, check_train_fields, parse_overrides
+from repro.training.logprobs import response_logprobs
 from repro.training.rollout import chat_prompts
+from repro.training.run import initial_state, probe_row
 
 REPO = Path(__file__).resolve().parents[2]
 ROLLOUT_RATIO_MIN = 0.9  # acceptance (issue 21): rollout throughput >= 0.9x bare generate

@@ -13,6 +13,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+# Compatibility modes per grader (a problem's `kind`), the first being the default: whose
+# verdicts a grader reproduces where conventions differ (math: the project's or MathArena's;
+# code: LCB's mocked stdin or real byte streams). A benchmark spec's `compat` picks one; results
+# record it. Here, with the problems graders read, so specs and graders share it one way round.
+COMPAT_MODES = {"math": ("default", "matharena"), "code": ("lcb", "fixed")}
+
 
 @dataclass(frozen=True)
 class CodeTests:

@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from repro.benchmarks.lcb import shards_for_release
+from repro.benchmarks.problem import COMPAT_MODES
 from repro.generation.base import SamplingConfig
-from repro.graders.base import COMPAT_MODES
 
 KINDS = ("math", "code")
 SOURCES = ("hub", "lcb_jsonl", "synthetic")
@@ -62,7 +62,7 @@ class BenchmarkSpec:
     default_k: int  # samples per problem for avg@k
     sampling: Mapping[str, float]  # SamplingConfig fields except n and seed (the run sets those)
     split: str
-    compat: str = "default"  # grader convention (graders.base.COMPAT_MODES); results record it
+    compat: str = "default"  # grader convention (problem.COMPAT_MODES); results record it
     fields: Mapping[str, str] = field(default_factory=dict)  # hub field -> Problem target
     dataset: str | None = None  # hub dataset id
     revision: str = "main"  # branch, tag or commit; the loader records the resolved commit

@@ -1,2 +1,3 @@
-"""Training engines: the native CPU reference loop (repro.training.loop) and adapters onto
-distributed trainers (TRL). Every engine computes its loss through `repro.engines.core`."""
+"""Training engines: the native CPU reference loop (repro.engines.native) and adapters onto
+distributed trainers (TRL), chosen by name in repro.engines.registry. Every engine computes its
+loss through `repro.engines.core`."""

@@ -1,11 +1,12 @@
 """`repro train engine=trl`: the run driver around ReproGRPOTrainer.
 
-Writes exactly what the native engine writes, through the native engine's own functions: the
-scratch layout (`checkpoints/step_NNNNNN/{policy/, trainer_state.pt, run.json}`, `final/`,
-`train_log.parquet`, `manifest.json`), one TRAIN_LOG row per rollout step (`step_row`), the
-budget-fraction checkpoints (`checkpoint_due`) that `export_run` copies, and resume from the
-newest checkpoint. The prompt stream is the native `PromptStream(seed, step)`, materialised in
-order (TRL's dataset shuffle is off), so both engines train on the same prompts.
+Writes exactly what the native engine writes, through the bookkeeping both share
+(`repro.training.run`): the scratch layout (`checkpoints/step_NNNNNN/{policy/,
+trainer_state.pt, run.json}`, `final/`, `train_log.parquet`, `manifest.json`), one TRAIN_LOG
+row per rollout step (`step_row`), the budget-fraction checkpoints (`checkpoint_due`) that
+`export_run` copies, and resume from the newest checkpoint. The prompt stream is the native
+`PromptStream(seed, step)`, materialised in order (TRL's dataset shuffle is off), so both
+engines train on the same prompts.
 
 Under several processes (accelerate launch + config/accelerate/fsdp2.yaml, or the CPU twin) the
 policy trains as float32 masters sharded by FSDP2 with bf16 compute (`repro.engines.fsdp`);
@@ -37,10 +38,11 @@ from repro.engines.fsdp import (
 from repro.engines.trl_args import build_grpo_config, check_layout
 from repro.models import load
 from repro.models.loader import MASTER_DTYPE, load_for_sharding
-from repro.training.checkpoint import load_trainer_state, save_checkpoint
+from repro.training.checkpoint import RunState, load_trainer_state, save_checkpoint
 from repro.training.config import TrainConfig
-from repro.training.loop import (
-    RunState,
+from repro.training.probes import ProbeSet
+from repro.training.rollout import PromptStream, Rewarder
+from repro.training.run import (
     checkpoint_due,
     finish_run,
     initial_state,
@@ -50,8 +52,6 @@ from repro.training.loop import (
     step_row,
     write_log,
 )
-from repro.training.probes import ProbeSet
-from repro.training.rollout import PromptStream, Rewarder
 
 
 class ProblemReward:
@@ -234,7 +234,7 @@ def _inner(optimizer):
 
 def train_trl(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: bool = False,
               fingerprint: str = "") -> Path:
-    """Train with TRL into `out` (same outputs as `repro.training.loop.train`). Under several
+    """Train with TRL into `out` (same outputs as the native engine). Under several
     processes every file operation is the main process's, then all wait (defect 5)."""
     from accelerate import PartialState
     from accelerate.utils import broadcast_object_list

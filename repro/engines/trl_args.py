@@ -1,10 +1,12 @@
-"""TrainConfig -> trl.GRPOConfig, set field by field, and the TRL options this engine refuses.
+"""TrainConfig -> trl.GRPOConfig, set field by field, and the guards of the trainer's arguments.
 
 Why explicit: GRPOConfig's defaults silently change the objective or the comparison with the
 native engine (research note gpu_trainer.md section 13.5): bf16 autocast even on CPU, a linear
 lr decay, a shuffled prompt order, seed 42, vLLM importance-sampling correction, entropy
 masking... Every field that matters is set here from TrainConfig, and every TRL option that
-would change the objective is refused by name before any compute. Gradient (activation)
+would change the objective is refused by name before any compute (in `trl_args` when the
+TrainConfig is built: repro.training.trl_options; here again for direct users of the trainer,
+`check_grpo_args`). Gradient (activation)
 checkpointing is off by default (TRL turns it on; it doubles CPU step time) and allowed: it
 recomputes the same activations, so the objective and its gradients are unchanged, and the
 paper presets need it to fit (repro plan).
@@ -17,58 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from repro.training.config import TrainConfig
+from repro.training.trl_options import REFUSED
 
 TRL_VERSION = "1.16.0"  # the private methods the subclass overrides are pinned to this release
-
-# GRPOConfig fields derived from TrainConfig: set them through TrainConfig, not trl_args.
-OWNED = (
-    "output_dir", "per_device_train_batch_size",
-    "steps_per_generation", "generation_batch_size", "num_generations", "num_iterations",
-    "max_steps", "num_train_epochs", "learning_rate", "lr_scheduler_type", "warmup_steps",
-    "warmup_ratio", "weight_decay", "max_grad_norm", "seed", "data_seed", "shuffle_dataset",
-    "temperature", "top_p", "top_k", "max_completion_length", "beta", "loss_type", "epsilon",
-    "epsilon_high", "scale_rewards", "importance_sampling_level", "report_to", "logging_steps",
-    "save_strategy", "remove_unused_columns", "use_cpu", "cast_lm_head_to_fp32", "optim",
-)
-
-# Options that change the objective or the sampling distribution; value -> why it is refused.
-# Each entry: (the neutral value this engine requires, reason).
-REFUSED: dict[str, tuple[Any, str]] = {
-    "vllm_importance_sampling_correction": (
-        False, "re-weights or masks sequences by the vLLM/trainer ratio outside the objective"),
-    "use_liger_kernel": (False, "reroutes compute_loss to Liger's own GRPO loss"),
-    "top_entropy_quantile": (1.0, "masks the policy gradient of low-entropy tokens"),
-    "off_policy_mask_threshold": (None, "masks off-policy sequences out of the loss"),
-    "mask_truncated_completions": (False, "drops truncated responses from the loss"),
-    "delta": (None, "adds a two-sided clip to the ratio"),
-    "entropy_coef": (0.0, "adds an entropy bonus to the loss"),
-    "use_adaptive_entropy": (False, "adds an entropy bonus to the loss"),
-    "bf16": (False, "autocasts to bf16 (even on CPU): load the model in bf16 instead"),
-    "fp16": (False, "autocasts to fp16: load the model in half precision instead"),
-    "sync_ref_model": (False, "moves the KL reference during training"),
-    "min_p": (None, "changes the sampling distribution away from the native engine's"),
-    "repetition_penalty": (1.0, "changes the sampling distribution away from the native engine's"),
-    "generation_kwargs": (None, "changes the sampling distribution away from the native engine's"),
-}
-
-
-def check_train_config(cfg: TrainConfig) -> None:
-    """TrainConfig checks specific to engine=trl (called from TrainConfig validation)."""
-    for key in sorted(cfg.trl_args):
-        if key in OWNED:
-            raise ValueError(f"TrainConfig.trl_args.{key} is set from TrainConfig; set the "
-                             "TrainConfig field instead")
-        if key in REFUSED and cfg.trl_args[key] != REFUSED[key][0]:
-            raise ValueError(f"TrainConfig.trl_args.{key}={cfg.trl_args[key]!r} is refused: "
-                             f"{REFUSED[key][1]}")
-    if cfg.behaviour_logprobs != "trainer":
-        raise ValueError("TrainConfig.behaviour_logprobs must be 'trainer' with engine=trl (the "
-                         f"sampler's log-probs are not wired in), got {cfg.behaviour_logprobs!r}")
-    objective = cfg.loss_config()
-    if objective.loss_agg_mode == "seq-mean-token-sum-norm" and objective.loss_norm_length is None:
-        raise ValueError("TrainConfig.objective.loss_norm_length must be set for "
-                         "seq-mean-token-sum-norm with engine=trl (TRL pads differently, so the "
-                         "padded length is not the native engine's)")
 
 
 def check_layout(cfg: TrainConfig, world_size: int) -> None:

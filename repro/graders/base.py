@@ -26,12 +26,6 @@ VERDICTS = (
 GRADER_FAILURES = (SANDBOX_ERROR, GRADER_TIMEOUT, GRADER_ERROR)
 
 
-# Compatibility modes per grader, the first being the default: whose verdicts a grader
-# reproduces where conventions differ (math: the project's or MathArena's; code: LCB's mocked
-# stdin or real byte streams). A benchmark spec's `compat` picks one; results record it.
-COMPAT_MODES = {"math": ("default", "matharena"), "code": ("lcb", "fixed")}
-
-
 @dataclass(frozen=True)
 class Grade:
     """The verdict on one completion. `correct` is exactly `verdict == "pass"`."""

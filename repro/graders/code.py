@@ -23,9 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from repro.benchmarks.problem import CodeTests, Problem
+from repro.benchmarks.problem import COMPAT_MODES, CodeTests, Problem
 from repro.graders.base import (
-    COMPAT_MODES,
     COMPILE_ERROR,
     NO_ANSWER,
     PASS,

@@ -49,9 +49,8 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from repro.benchmarks.problem import Problem
+from repro.benchmarks.problem import COMPAT_MODES, Problem
 from repro.graders.base import (
-    COMPAT_MODES,
     GRADER_ERROR,
     GRADER_TIMEOUT,
     NO_ANSWER,

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +40,23 @@ CHECKSUMS_FILE = "checksums.json"  # written last: {relative path: {"sha256", "b
 OPTIMIZER_DIR = "optimizer"  # a sharded optimizer's state (torch.distributed.checkpoint files)
 
 
+@dataclass
+class RunState:
+    """What a checkpoint carries besides weights and optimizer: counters, probe baselines, the
+    log so far, and which budget fractions were saved at which step."""
+
+    step: int = 0
+    gen_cum: int = 0
+    flops_cum: float = 0.0
+    logodds0: float = math.nan
+    prev_ctx: Any = None
+    preamble0: Any = None  # the start's PreambleMeasure (tasks with preambles), else None
+    log: list[dict[str, Any]] = field(default_factory=list)
+    fraction_steps: dict[float, int] = field(default_factory=dict)  # fraction -> step saved
+
+
 def save_checkpoint(
-    run_dir: Path, step: int, model, tokenizer, optimizer, state: Any,
+    run_dir: Path, step: int, model, tokenizer, optimizer, state: RunState,
     identity: dict[str, Any], *, model_state: dict[str, Any] | None = None,
     optimizer_dir: Path | None = None, keep: int = 0,
 ) -> Path:
@@ -64,7 +81,7 @@ def save_checkpoint(
 
     atomic_dir(final, write)
     if keep > 0:
-        prune_checkpoints(run_dir, keep, set(getattr(state, "fraction_steps", {}).values()))
+        prune_checkpoints(run_dir, keep, set(state.fraction_steps.values()))
     return final
 
 
@@ -133,11 +150,9 @@ def same_run(ckpt: Path, identity: dict[str, Any]) -> bool:
 
 
 def load_trainer_state(path: Path, optimizer,
-                       restore_optimizer: Callable[[Path], None] | None = None) -> Any:
-    """Restore optimizer and RNG states; return the loop's RunState. A sharded optimizer is
+                       restore_optimizer: Callable[[Path], None] | None = None) -> RunState:
+    """Restore optimizer and RNG states; return the run's RunState. A sharded optimizer is
     restored by `restore_optimizer(path / OPTIMIZER_DIR)` (each process reads its shards)."""
-    from repro.training.loop import RunState
-
     blob = torch.load(path / STATE_FILE, weights_only=False)
     if restore_optimizer is None:
         optimizer.load_state_dict(blob["optimizer"])

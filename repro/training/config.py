@@ -20,7 +20,7 @@ import yaml
 from repro.config_fields import check_fields, field_defaults
 from repro.objectives import algorithm_names, get_algorithm, make_config
 from repro.objectives.advantages import SCALES
-
+from repro.training.trl_options import check_trl_args
 
 ENGINES = ("native", "trl")
 
@@ -152,10 +152,16 @@ class TrainConfig:
              "must lie in (0, 1]")
         need(self.engine in ENGINES, "engine", f"must be one of {ENGINES}")
         need(self.engine == "trl" or not self.trl_args, "trl_args", "needs engine=trl")
-        if self.engine == "trl":
-            from repro.engines.trl_args import check_train_config
-
-            check_train_config(self)
+        if self.engine == "trl":  # what TRL's engine cannot run
+            check_trl_args(self.trl_args)
+            need(self.behaviour_logprobs == "trainer", "behaviour_logprobs",
+                 "must be 'trainer' with engine=trl (the sampler's log-probs are not wired in)")
+            objective = self.loss_config()
+            if (objective.loss_agg_mode == "seq-mean-token-sum-norm"
+                    and objective.loss_norm_length is None):
+                raise ValueError("TrainConfig.objective.loss_norm_length must be set for "
+                                 "seq-mean-token-sum-norm with engine=trl (TRL pads differently, "
+                                 "so the padded length is not the native engine's)")
 
     def sampling_temperature(self) -> float:
         """The behaviour policy's temperature: `behaviour_temperature`, else `temperature`."""

@@ -1,0 +1,36 @@
+"""`repro train`'s engines by name (TrainConfig.engine): `train` dispatches through ENGINES.
+
+Engines sit above repro.training (config, rollout, checkpoints, run bookkeeping), which never
+imports them back. TRL's engine is imported on use: accelerate and TRL load only for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from repro.engines.native import train_native
+from repro.training.config import TrainConfig
+
+Trainer = Callable[..., Path]  # (cfg, out, *, label, resume, fingerprint) -> out/final
+
+
+def _trl() -> Trainer:
+    from repro.engines.trl import train_trl
+
+    return train_trl
+
+
+ENGINES: dict[str, Callable[[], Trainer]] = {"native": lambda: train_native, "trl": _trl}
+
+
+def train(
+    cfg: TrainConfig, out: Path, *, label: str | None = None, resume: bool = False,
+    fingerprint: str = "",
+) -> Path:
+    """Train with `cfg.engine` into `out`; returns the final policy folder `out/final`.
+
+    `fingerprint` (e.g. the pipeline's source digest) is stored with every checkpoint next to the
+    resolved config; `resume` continues only from a checkpoint with the same pair."""
+    trainer = ENGINES[cfg.engine]()
+    return trainer(cfg, out, label=label, resume=resume, fingerprint=fingerprint)
