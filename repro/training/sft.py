@@ -12,6 +12,9 @@ A/B balanced (19/20 of the completions that reach the branch point). The arithme
 a sudden transition whose timing depends on the data seed (and, as runs are not bitwise equal
 across machines, on the machine): the teacher-forced solve probability after 7,000 steps was
 0.33 / 0.49 / 0.50 / 0.17 for seeds 0-3, so read `train_reward` in `sft_metrics.json` before RL.
+The tiny default therefore gates stage 1 (`gate_reward`, `max_steps`): a run whose estimate is
+below the gate at the cosine's end trains on at its floor rate until it passes, and one that
+never passes stops the workflow with the measured reward (docs/sft-robustness.md).
 4,000 steps of 16 at lr 5e-3 is ~10% faster but less robust: 0.48 / 0.44 / 0.08 for seeds 0-2
 (seed 3 was at 0.07 after 4,000 steps of 16). A 0.3M-parameter model learned less per second;
 more distinct demonstrations or weight decay 0.1-0.5 did not make the transition earlier.
