@@ -180,10 +180,11 @@ except ValueError as err:
 
 
 @pytest.mark.slow
-def test_a_new_algorithm_file_is_the_only_edit(tmp_path):
+def test_a_new_algorithm_file_or_benchmark_spec_is_the_only_edit(tmp_path):
     """One file with one @register_algorithm in a copy of the workflow: `repro train --help`
     lists it, policy_loss and the train config check take it, and a dry run plans its runs
-    from one catalogue entry of a config overlay (no edit of schema, rules or any list)."""
+    from one catalogue entry of a config overlay (no edit of schema, rules or any list); one
+    spec YAML is a benchmark the registry lists and a dry run evaluates."""
     wd = copy_workflow(tmp_path / "wf")
     (wd / "repro" / "objectives" / "throwaway.py").write_text(THROWAWAY.lstrip())
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(wd)}
@@ -204,6 +205,17 @@ def test_a_new_algorithm_file_is_the_only_edit(tmp_path):
     out = ok(snakemake("-n", "--nolock", "--cores", "1", "--configfile", str(overlay), cwd=wd), wd)
     assert "algo=throwaway/model=tiny/group_size=8/seed=0/train_log.parquet" in out
     assert jobs_planned(out).get("train", 0) >= 2
+
+    # A benchmark is one spec YAML too: the registry lists it, the workflow evaluates it.
+    spec = (wd / "repro" / "benchmarks" / "specs" / "synth-rule.yaml").read_text()
+    (wd / "repro" / "benchmarks" / "specs" / "synth-throwaway.yaml").write_text(
+        spec.replace("name: synth-rule", "name: synth-throwaway"))
+    assert "synth-throwaway" in python("-c", "from repro.benchmarks import benchmark_names; "
+                                             "print(benchmark_names())")
+    overlay.write_text("eval: {benchmarks: [synth-rule, synth-throwaway]}\n")
+    out = ok(snakemake("-n", "--nolock", "--cores", "1", "--configfile", str(overlay), cwd=wd), wd)
+    assert jobs_planned(out).get("evaluate", 0) >= 2
+    assert "benchmark=synth-throwaway/problems.parquet" in out
 
     overlay.write_text("algorithms: {bad: {algorithm: not_registered}}\n")  # the registry says no
     proc = snakemake("-n", "--nolock", "--configfile", str(overlay), cwd=wd)
