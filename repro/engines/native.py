@@ -39,6 +39,7 @@ from repro.training.run import (
     initial_state,
     open_run,
     probe_row,
+    prompts_and_probes,
     step_row,
     write_log,
 )
@@ -105,13 +106,9 @@ def step_context(cfg: TrainConfig, policy: str | Path) -> tuple[StepContext, Pro
     model.train()
     ref = load(cfg.model)[0].eval() if cfg.kl_coef > 0 else None
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    stream = PromptStream(cfg.tasks, cfg.seed, cfg.prompts_per_step,
-                          data_dir=Path(cfg.data_dir) if cfg.data_dir else None,
-                          sha256_pins=cfg.sha256_pins or None)
+    stream, probes = prompts_and_probes(cfg, tok)
     rewarder = Rewarder({stream.specs[n].kind for n in stream.names})
     engine = HFEngine(model, tok, batch_size=cfg.prompts_per_step)
-    synthetic = [n for n in stream.names if stream.specs[n].source == "synthetic"]
-    probes = ProbeSet(tok, synthetic, cfg.probe_n) if synthetic else None  # real sets: no probes
     ctx = StepContext(cfg, model, tok, ref, opt, cfg.loss_config(), stream, rewarder, engine,
                       sum(p.numel() for p in model.parameters()))
     return ctx, probes

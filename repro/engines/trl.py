@@ -40,7 +40,6 @@ from repro.models import load
 from repro.models.loader import MASTER_DTYPE, load_for_sharding
 from repro.training.checkpoint import RunState, load_trainer_state, save_checkpoint
 from repro.training.config import TrainConfig
-from repro.training.probes import ProbeSet
 from repro.training.rollout import PromptStream, Rewarder
 from repro.training.run import (
     checkpoint_due,
@@ -49,6 +48,7 @@ from repro.training.run import (
     nanmean,
     open_run,
     probe_row,
+    prompts_and_probes,
     step_row,
     write_log,
 )
@@ -257,11 +257,7 @@ def train_trl(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: 
                                        dtype=MASTER_DTYPE)
     else:
         model, tok = load(source, dtype=MASTER_DTYPE)
-    stream = PromptStream(cfg.tasks, cfg.seed, cfg.prompts_per_step,
-                          data_dir=Path(cfg.data_dir) if cfg.data_dir else None,
-                          sha256_pins=cfg.sha256_pins or None)
-    synthetic = [n for n in stream.names if stream.specs[n].source == "synthetic"]
-    probes = ProbeSet(tok, synthetic, cfg.probe_n) if synthetic else None
+    stream, probes = prompts_and_probes(cfg, tok)
     # counters and log now; optimizer, RNG and a fresh run's probe baselines once TRL has
     # built the optimizer and prepared (sharded) the model
     state = (RunState(**torch.load(ckpt / "trainer_state.pt", weights_only=False)["state"])

@@ -18,9 +18,20 @@ from repro.training.checkpoint import RunState, latest_checkpoint, same_run
 from repro.training.config import TrainConfig
 from repro.training.export import MANIFEST, frac_label, write_manifest
 from repro.training.probes import ProbeSet, kl_between, preamble_drift
+from repro.training.rollout import PromptStream
 
 MEAN_KEYS = ("loss", "clip_frac", "ppo_kl", "w_mean", "neg_weight_frac", "s_spread", "asym",
              "residual_full", "freq_energy", "grad_norm", *TRAIN_LOG_ADDED)
+
+
+def prompts_and_probes(cfg: TrainConfig, tok) -> tuple[PromptStream, ProbeSet | None]:
+    """The run's prompt stream and, for synthetic tasks, its probes (real sets have none): built
+    the same way by every engine, so their prompts and probe numbers agree."""
+    stream = PromptStream(cfg.tasks, cfg.seed, cfg.prompts_per_step,
+                          data_dir=Path(cfg.data_dir) if cfg.data_dir else None,
+                          sha256_pins=cfg.sha256_pins or None)
+    synthetic = [n for n in stream.names if stream.specs[n].source == "synthetic"]
+    return stream, ProbeSet(tok, synthetic, cfg.probe_n) if synthetic else None
 
 
 def open_run(cfg: TrainConfig, out: Path, label: str | None, resume: bool,
