@@ -93,7 +93,8 @@ def main() -> None:
         row |= {
             "train_reward": reward["mean"], "reward_per_task": reward["per_task"],
             "forms": reward["forms"], "steps_run": m["steps_run"],
-            "gate_checks": m["gate_checks"], "loss_final": m["loss"]["final"],
+            "gate_checks": m["gate_checks"], "reward_curve": m["reward_curve"],
+            "loss_final": m["loss"]["final"],
             "loss_curve": m["loss"]["curve"], "train_time_s": m["train_time_s"],
             "wall_time_s": m["wall_time_s"], "tokens_per_s": m["tokens_per_s"],
         }

@@ -232,3 +232,23 @@ def test_a_gate_missed_at_the_cap_fails_and_writes_no_model(tok, tmp_path, monke
     assert len(said) == 1 and "SFT gate missed" in said[0]  # one line (beside the progress bar)
     assert "Traceback" not in result.output
     assert not (tmp_path / "cli").exists()
+
+
+def test_eval_every_records_the_reward_curve_without_changing_training(tok):
+    model, _ = build_tiny(MICRO)
+    readings = iter([0.25, 0.5])
+
+    def estimate() -> dict:  # as the real one: runs the model and draws random numbers
+        with torch.no_grad():
+            model(torch.tensor([[1, 2, 3]]))
+        torch.rand(16)
+        return {"mean": next(readings)}
+
+    traced = _train(model, tok.pad_token_id, _toy_examples(tok),
+                    micro_cfg(steps=7, eval_every=3, eval_n=4), estimate)
+    assert traced["reward_curve"] == [[3, 0.25], [6, 0.5]]  # within the schedule only
+    plain, _ = build_tiny(MICRO)
+    untraced = _train(plain, tok.pad_token_id, _toy_examples(tok), micro_cfg(steps=7), None)
+    assert untraced["reward_curve"] == []
+    for a, b in zip(model.parameters(), plain.parameters(), strict=True):
+        assert torch.equal(a, b)  # estimates read the model; they do not move it

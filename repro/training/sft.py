@@ -56,7 +56,8 @@ METRICS_FILE = "sft_metrics.json"
 _EVAL_BATCH = 64  # prompts per generate call of the train-reward estimate
 _CURVE_POINTS = 25  # loss-curve points kept in the metrics
 _INT_FLOORS = {"n_demos": 1, "steps": 1, "batch_size": 1, "warmup": 0, "max_len": 2, "seed": 0,
-               "eval_n": 0, "eval_max_new_tokens": 1, "gate_every": 1, "max_steps": 0}
+               "eval_n": 0, "eval_max_new_tokens": 1, "gate_every": 1, "max_steps": 0,
+               "eval_every": 0}
 
 
 @dataclass
@@ -103,6 +104,10 @@ class SFTConfig:
     gate_every: int = field(default=500, metadata={"help": "Steps between gate estimates."})
     max_steps: int = field(
         default=0, metadata={"help": "Cap on steps under a gate (0 = 2 x steps)."})
+    eval_every: int = field(
+        default=0, metadata={"help": "Also estimate the train reward every this many steps "
+                                     "of the schedule, kept as `reward_curve` in the metrics "
+                                     "(0 = never): when did the transition arrive?"})
 
     def __post_init__(self) -> None:
         if isinstance(self.model, Mapping):
@@ -128,9 +133,9 @@ class SFTConfig:
             _fail("group_by_length", "must be true or false", self.group_by_length)
         if not isinstance(self.gate_reward, (int, float)) or not 0 <= self.gate_reward <= 1:
             _fail("gate_reward", "must be a number in [0, 1] (0 = no gate)", self.gate_reward)
-        if self.gate_reward and self.eval_n == 0:
-            _fail("eval_n", "must be > 0 when gate_reward is set (the gate is an estimate)",
-                  self.eval_n)
+        if (self.gate_reward or self.eval_every) and self.eval_n == 0:
+            _fail("eval_n", "must be > 0 when gate_reward or eval_every is set (both read an "
+                  "estimate)", self.eval_n)
         if self.max_steps and self.max_steps < self.steps:
             _fail("max_steps", f"must be 0 or >= steps ({self.steps})", self.max_steps)
         for name in ("lr", "grad_clip", "weight_decay", "eval_temperature"):
@@ -292,7 +297,7 @@ def _train(
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: floor_factor(s, cfg.warmup, cfg.steps))
     cap = (cfg.max_steps or 2 * cfg.steps) if cfg.gate_reward else cfg.steps
-    losses, tokens, target_tokens, checks = [], 0, 0, []
+    losses, tokens, target_tokens, checks, curve = [], 0, 0, [], []
     reward: dict[str, Any] | None = None
     batches = (grouped_batches([len(ids) for ids, _ in examples], cfg.batch_size, cfg.seed)
                if cfg.group_by_length else plain_batches(len(examples), cfg.batch_size, cfg.seed))
@@ -315,6 +320,11 @@ def _train(
         bar.update()
         if step % 10 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        if cfg.eval_every and step < cfg.steps and step % cfg.eval_every == 0:
+            model.eval()
+            curve.append([step, estimate()["mean"]])  # type: ignore[misc]
+            model.train()
+            bar.write(f"sft: step {step}, train reward {curve[-1][1]:.3f}")
         if cfg.gate_reward and step >= cfg.steps and (step - cfg.steps) % cfg.gate_every == 0:
             model.eval()
             reward = estimate()  # type: ignore[misc]
@@ -330,7 +340,7 @@ def _train(
     return {
         "loss": {"first": losses[0], "final": sum(tail) / len(tail), "min": min(losses),
                  "curve": [[s, losses[s]] for s in range(0, len(losses), every)]},
-        "steps_run": step, "gate_checks": checks, "gated_reward": reward,
+        "steps_run": step, "gate_checks": checks, "gated_reward": reward, "reward_curve": curve,
         "tokens": tokens, "target_tokens": target_tokens, "tokens_per_s": tokens / seconds,
         "train_time_s": seconds,
     }
