@@ -122,11 +122,21 @@ def _data_beside(path: Path, strings: set[str]) -> list[Path]:
     return found
 
 
+Scan = tuple[set[str], set[str], bool]  # a module's imports, strings, imports its folder
+
+
+def _scan(root: Path, path: Path) -> Scan:
+    """What `closure` reads from module `path`: one parse and one walk per file."""
+    tree = _parse(path)
+    names, strings = references([tree], _package_of(root, path))
+    return names, strings, path.name == "__init__.py" and _imports_its_folder(tree)
+
+
 def closure(root: Path, modules: tuple[str, ...],
-            parsed: dict[Path, ast.Module] | None = None) -> list[Path]:
-    """Every package file that importing `modules` runs or reads, sorted. `parsed` caches
-    syntax trees across the jobs of one digest computation."""
-    parsed = {} if parsed is None else parsed
+            scans: dict[Path, Scan] | None = None) -> list[Path]:
+    """Every package file that importing `modules` runs or reads, sorted. `scans` caches each
+    module's scan across the jobs of one digest computation (the jobs share most modules)."""
+    scans = {} if scans is None else scans
     files: set[Path] = set()
     todo = []
     for name in modules:
@@ -142,11 +152,11 @@ def closure(root: Path, modules: tuple[str, ...],
             text = path.read_text(errors="replace")
             todo += [p for name in _MODULE_NAME.findall(text) for p in resolve(root, name)]
             continue
-        if path not in parsed:
-            parsed[path] = _parse(path)
-        names, strings = references([parsed[path]], _package_of(root, path))
+        if path not in scans:
+            scans[path] = _scan(root, path)
+        names, strings, imports_folder = scans[path]
         todo += [p for name in names for p in resolve(root, name)]
-        if path.name == "__init__.py" and _imports_its_folder(parsed[path]):
+        if imports_folder:
             todo += sorted(path.parent.glob("*.py"))
         todo += _data_beside(path, strings)
     return sorted(files)
@@ -164,6 +174,6 @@ def digest(root: Path, files: list[Path]) -> str:
 def job_digests(root: str | Path,
                 entry_points: dict[str, tuple[str, ...]] = ENTRY_POINTS) -> dict[str, str]:
     """job -> digest of its closure, for the package under `root` (the workflow's folder)."""
-    root, parsed = Path(root), {}
-    return {job: digest(root, closure(root, modules, parsed))
+    root, scans = Path(root), {}
+    return {job: digest(root, closure(root, modules, scans))
             for job, modules in entry_points.items()}
