@@ -34,10 +34,15 @@ def train_jobs(output: str) -> list[tuple[dict[str, str], str]]:
     return jobs
 
 
+def dry_run(*args: str, profile: Path = SLURM_PROFILE.parent) -> str:
+    """A dry run's output with a SLURM profile (64 cores, so threads are not capped)."""
+    return ok(snakemake("-n", "-F", "-p", "--nolock", "--cores", "64",
+                        "--workflow-profile", str(profile), *args))
+
+
 def plan(*args: str, profile: Path = SLURM_PROFILE.parent) -> list[tuple[dict[str, str], str]]:
-    """Train jobs of a dry run with a SLURM profile (64 cores, so threads are not capped)."""
-    out = ok(snakemake("-n", "-F", "-p", "--nolock", "--cores", "64",
-                       "--workflow-profile", str(profile), *args))
+    """Train jobs of a dry run with a SLURM profile."""
+    out = dry_run(*args, profile=profile)
     jobs = train_jobs(out)
     assert jobs, out[-3000:]
     return jobs
@@ -63,10 +68,20 @@ def sbatch_flags(resources: dict[str, str]) -> str:
     return get_submit_command(job, params) + set_gres_string(job)
 
 
-def test_paper_32b_runs_trl_under_accelerate_fsdp2_on_one_node_of_hardware_train(tmp_path, lock):
+@pytest.fixture(scope="module")
+def paper_32b_dry_run(lock) -> str:
+    """The 32B preset's dry run with the SLURM profile, parsed once: two tests read its train
+    and its evaluate jobs."""
+    return dry_run("--configfile", "config/presets/paper-qwen3-32b.yaml",
+                   "--config", f"data_lock={lock}")
+
+
+def test_paper_32b_runs_trl_under_accelerate_fsdp2_on_one_node_of_hardware_train(
+        tmp_path, lock, paper_32b_dry_run):
     preset_args = ("--configfile", "config/presets/paper-qwen3-32b.yaml",
                    "--config", f"data_lock={lock}")
-    jobs = plan(*preset_args)
+    jobs = train_jobs(paper_32b_dry_run)
+    assert jobs, paper_32b_dry_run[-3000:]
     for resources, shell in jobs:
         assert shell.startswith(f"accelerate launch {ACCELERATE} --num_processes 8 "
                                 "--main_process_port 0 -m repro train --config "), shell
@@ -104,11 +119,8 @@ def test_several_nodes_plan_one_accelerate_launch_per_node_under_srun(multinode_
     assert "--ntasks-per-gpu" not in sbatch and "--gpus" not in sbatch, sbatch
 
 
-def test_evaluation_gets_its_gpus_and_the_planners_walltime(lock):
-    out = ok(snakemake("-n", "-F", "--nolock", "--cores", "64", "--workflow-profile",
-                       str(SLURM_PROFILE.parent), "--configfile",
-                       "config/presets/paper-qwen3-32b.yaml", "--config", f"data_lock={lock}"))
-    block = out.split("rule evaluate:")[1]
+def test_evaluation_gets_its_gpus_and_the_planners_walltime(paper_32b_dry_run):
+    block = paper_32b_dry_run.split("rule evaluate:")[1]
     res = dict(item.split("=", 1) for item in re.search(
         r"^\s+resources: (.*)$", block, re.M).group(1).split(", "))
     assert res["nodes"] == "1" and res["gres"] == "gpu:4", res

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -70,22 +71,35 @@ def copy_workflow(dest: Path, extra: tuple[str, ...] = ()) -> Path:
     return dest
 
 
+@pytest.fixture(scope="module")
+def dry_run(lock) -> Callable[..., str]:
+    """`-n -F -p` output for config files over config.yaml (--forceall: the whole DAG, whatever
+    outputs this checkout already holds), each plan parsed once per module: the every-preset
+    test and the tests reading one preset's commands share it (a parse is ~15 s on 2 cores)."""
+    plans: dict[tuple[str, ...], str] = {}
+
+    def plan(*configfiles: str) -> str:
+        if configfiles not in plans:
+            args = ["-n", "-F", "-p", "--nolock", "--cores", "2", "--config", f"data_lock={lock}"]
+            plans[configfiles] = ok(snakemake(*args, *(["--configfile", *configfiles]
+                                                        if configfiles else [])))
+        return plans[configfiles]
+
+    return plan
+
+
 @pytest.mark.parametrize("preset", [None, *PRESETS])
-def test_dry_run_of_every_preset(preset, lock):
-    # --forceall: the whole DAG, whatever outputs this checkout already holds
-    args = ["-n", "-F", "--nolock", "--cores", "2", "--config", f"data_lock={lock}"] + (
-        ["--configfile", f"config/presets/{preset}"] if preset else [])
-    planned = jobs_planned(ok(snakemake(*args)))
+def test_dry_run_of_every_preset(preset, dry_run):
+    planned = jobs_planned(dry_run(f"config/presets/{preset}") if preset else dry_run())
     assert planned.get("train", 0) >= 2 and planned.get("evaluate", 0) >= 2, planned
     assert {"aggregate", "tables", "figures"} <= set(planned), planned
 
 
-def test_the_study_preset_keeps_its_own_results_and_shares_the_sft(lock):
+def test_the_study_preset_keeps_its_own_results_and_shares_the_sft(dry_run):
     """config `results`: the tiny study's runs, evaluations, aggregate and tables live under
     results/tiny-study/ (the default's committed aggregate is never its output); the SFT start
     and the paper reference are shared."""
-    out = ok(snakemake("-n", "-F", "-p", "--nolock", "--cores", "2", "--configfile",
-                       "config/presets/tiny-study.yaml", "--config", f"data_lock={lock}"))
+    out = dry_run("config/presets/tiny-study.yaml")
     assert "repro aggregate --out results/tiny-study/aggregate" in out
     assert "repro tables --aggregate results/tiny-study/aggregate" in out
     assert "--out results/tiny-study/tables" in out
@@ -100,9 +114,8 @@ def test_the_study_preset_keeps_its_own_results_and_shares_the_sft(lock):
     assert "> logs/sft/model=tiny.log" in out
 
 
-def test_paper_preset_runs_real_models_with_vllm_and_avg_at_32(lock):
-    out = ok(snakemake("-n", "-F", "-p", "--nolock", "--cores", "2", "--configfile",
-                       "config/presets/paper-qwen3-32b.yaml", "--config", f"data_lock={lock}"))
+def test_paper_preset_runs_real_models_with_vllm_and_avg_at_32(lock, dry_run):
+    out = dry_run("config/presets/paper-qwen3-32b.yaml")
     assert "--model Qwen/Qwen3-32B" in out and "--engine vllm" in out and "--k 32" in out
     assert "--benchmark aime25 --benchmark hmmt25 --benchmark livecodebench" in out
     assert f"--lock {lock}" in out
@@ -254,12 +267,11 @@ def test_smoke_preset_end_to_end(tmp_path):
 TRL_SMOKE = "train: {engine: trl}\n"
 
 
-def test_smoke_preset_with_the_trl_engine_plans_every_stage(tmp_path):
+def test_smoke_preset_with_the_trl_engine_plans_every_stage(tmp_path, dry_run):
     """The end-to-end TRL run below, as a dry run: the same DAG as the native smoke run."""
     (tmp_path / "trl.yaml").write_text(TRL_SMOKE)
-    trl = jobs_planned(ok(snakemake("-n", "-F", "--nolock", "--cores", "2", *SMOKE,
-                                    str(tmp_path / "trl.yaml"))))
-    assert trl == jobs_planned(ok(snakemake("-n", "-F", "--nolock", "--cores", "2", *SMOKE)))
+    trl = jobs_planned(dry_run(SMOKE[1], str(tmp_path / "trl.yaml")))
+    assert trl and trl == jobs_planned(dry_run(SMOKE[1]))
 
 
 @pytest.mark.slow
