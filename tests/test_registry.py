@@ -199,21 +199,21 @@ def test_a_new_algorithm_file_or_benchmark_spec_is_the_only_edit(tmp_path):
     checked = python("-c", textwrap.dedent(CHECKS))
     assert "refused:" in checked and "ThrowawayConfig" in checked and "bogus" in checked
 
-    overlay = tmp_path / "throwaway.yaml"
-    overlay.write_text("algorithms: {throwaway: {algorithm: throwaway, objective: {scale: 2.0}}}\n"
-                       "run: {algorithms: [gspo, throwaway]}\n")
-    out = ok(snakemake("-n", "--nolock", "--cores", "1", "--configfile", str(overlay), cwd=wd), wd)
-    assert "algo=throwaway/model=tiny/group_size=8/seed=0/train_log.parquet" in out
-    assert jobs_planned(out).get("train", 0) >= 2
-
     # A benchmark is one spec YAML too: the registry lists it, the workflow evaluates it.
     spec = (wd / "repro" / "benchmarks" / "specs" / "synth-rule.yaml").read_text()
     (wd / "repro" / "benchmarks" / "specs" / "synth-throwaway.yaml").write_text(
         spec.replace("name: synth-rule", "name: synth-throwaway"))
     assert "synth-throwaway" in python("-c", "from repro.benchmarks import benchmark_names; "
                                              "print(benchmark_names())")
-    overlay.write_text("eval: {benchmarks: [synth-rule, synth-throwaway]}\n")
+
+    # One dry run (one workflow parse) plans both: the algorithm's runs, the benchmark's evals.
+    overlay = tmp_path / "throwaway.yaml"
+    overlay.write_text("algorithms: {throwaway: {algorithm: throwaway, objective: {scale: 2.0}}}\n"
+                       "run: {algorithms: [gspo, throwaway]}\n"
+                       "eval: {benchmarks: [synth-rule, synth-throwaway]}\n")
     out = ok(snakemake("-n", "--nolock", "--cores", "1", "--configfile", str(overlay), cwd=wd), wd)
+    assert "algo=throwaway/model=tiny/group_size=8/seed=0/train_log.parquet" in out
+    assert jobs_planned(out).get("train", 0) >= 2
     assert jobs_planned(out).get("evaluate", 0) >= 2
     assert "benchmark=synth-throwaway/problems.parquet" in out
 
