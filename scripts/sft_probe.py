@@ -8,6 +8,12 @@ so that a seed x ISA x recipe table can be built from it (docs/sft-robustness.md
         python scripts/sft_probe.py --seed 0 --label default --log docs/sft-robustness-runs.jsonl
     python scripts/sft_probe.py --profile 40      # where one step's time goes (no training run)
 
+`--stage2` goes on to the RL start itself: stage 2 (config.yaml's models.tiny block) on top of
+this stage 1, then the held-out synth-rule evaluation the pipeline runs for `algo=init` (its
+`eval` block, eval seed 0), recorded as `start_heldout` (avg@k over the held-out problems).
+`--rl` then trains GRPO from that start with config.yaml's `train` block (run seed 0) and
+evaluates its final checkpoint the same way (`rl_heldout`): the start's RL gain.
+
 Extra KEY=VALUE arguments override SFTConfig on top of config/config.yaml's tiny-base block
 (e.g. batch_size=32 steps=1750 lr=4e-3, group_by_length=true, gate_reward=0). The model folder
 goes to a temporary directory; a gate missed at the cap is recorded as the row's outcome.
@@ -16,11 +22,15 @@ goes to a temporary directory; a gate missed at the cap is recorded as the row's
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
@@ -30,12 +40,51 @@ from repro.training.config import parse_overrides
 from repro.training.sft import GateMissed, SFTConfig, collate, encode_demo, run_sft, sft_step
 
 ROOT = Path(__file__).resolve().parent.parent
+CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 
 
 def stage1_config(seed: int, extra: list[str]) -> SFTConfig:
     """config/config.yaml's models.tiny-base SFT block, the seed and the extra overrides."""
-    block = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["models"]["tiny-base"]
+    block = CONFIG["models"]["tiny-base"]
     return SFTConfig(**{**block.get("sft", {}), "seed": seed, **parse_overrides(extra)})
+
+
+def heldout(policy: Path, out: Path, checkpoint: str, seed: int) -> dict[str, float]:
+    """avg@k of `policy` over each benchmark of config.yaml's `eval` block, as `repro eval`
+    computes it for the pipeline (held-out split, the block's k and generation budget)."""
+    import pyarrow.parquet as pq
+
+    e = CONFIG["eval"]
+    subprocess.run([sys.executable, "-m", "repro", "eval", "--model", str(policy), "--out",
+                    str(out), "--checkpoint", checkpoint, "--seed", str(seed), "--split", "--k",
+                    str(e["k"]), "--max-new-tokens", str(e["sampling"]["max_new_tokens"]),
+                    *(a for b in e["benchmarks"] for a in ("--benchmark", b))],
+                   check=True, stdout=subprocess.DEVNULL)
+    return {b: sum(col := pq.read_table(out / f"benchmark={b}" / "problems.parquet")["avg"]
+                   .to_pylist()) / len(col) for b in e["benchmarks"]}
+
+
+def rl_start(stage1: Path, work: Path, seed: int) -> dict[str, Any]:
+    """Stage 2 (config.yaml's models.tiny) from `stage1`, and the start's held-out avg@k."""
+    stage2 = SFTConfig(**{**CONFIG["models"]["tiny"]["sft"], "model": str(stage1)})
+    m = run_sft(stage2, work / "stage2")
+    return {"stage2_train_reward": m["train_reward"]["mean"],
+            "start_heldout": heldout(work / "stage2", work / "eval-init", "init", seed)}
+
+
+def rl_gain(start: Path, work: Path, seed: int) -> dict[str, Any]:
+    """GRPO from `start` with config.yaml's `train` block, run seed `seed`, evaluated at its
+    end with the same eval seed as the start (paired, as the pipeline pairs them)."""
+    from repro.training.config import TrainConfig
+
+    cfg = TrainConfig(**CONFIG["train"], model=str(start), algorithm="grpo", seed=seed,
+                      checkpoint_fractions=[1.0])
+    (work / "rl.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
+    subprocess.run([sys.executable, "-m", "repro", "train", "--config", str(work / "rl.yaml"),
+                    "--out", str(work / "rl"), "--threads", str(torch.get_num_threads()),
+                    "--export", str(work / "rl-export")], check=True, stdout=subprocess.DEVNULL)
+    return {"rl_heldout": heldout(work / "rl-export" / "policy" / "frac=1.0",
+                                  work / "eval-rl", "frac=1.0", seed)}
 
 
 def profile(cfg: SFTConfig, steps: int) -> None:
@@ -71,6 +120,9 @@ def main() -> None:
     parser.add_argument("--label", default="default", help="Recipe name for the table.")
     parser.add_argument("--log", type=Path, help="JSON-lines file to append the outcome to.")
     parser.add_argument("--profile", type=int, default=0, help="Profile N steps instead.")
+    parser.add_argument("--stage2", action="store_true",
+                        help="Also train stage 2 and evaluate the RL start held out.")
+    parser.add_argument("--rl", action="store_true", help="With --stage2: GRPO from the start.")
     args, extra = parser.parse_known_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     cfg = stage1_config(args.seed, extra)
@@ -82,10 +134,15 @@ def main() -> None:
         "aten_cpu_capability_env": os.environ.get("ATEN_CPU_CAPABILITY", ""),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu": cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "sft_config": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "model"},
     }
     try:
         with tempfile.TemporaryDirectory() as tmp:
             m = run_sft(cfg, Path(tmp) / "model")
+            if args.stage2:
+                row |= rl_start(Path(tmp) / "model", Path(tmp), seed=0) | {"eval_seed": 0}
+                if args.rl:
+                    row |= rl_gain(Path(tmp) / "stage2", Path(tmp), seed=0)
     except GateMissed as err:  # a row all the same: the miss is the outcome
         row["gate_missed"] = str(err)
     else:

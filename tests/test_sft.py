@@ -176,8 +176,8 @@ def test_the_floor_schedule_is_the_cosine_then_its_floor():
 
 
 def test_grouped_batches_see_every_demo_once_per_epoch_with_little_padding():
-    """Stage 1's mix: ~3.5% long demos (synth-lcb) among ~200-token ones; plain batches of 8
-    pad a quarter of the batches to the long width, grouped ones almost none."""
+    """A mix like the old stage 1's: ~3.5% long demos (synth-lcb) among ~200-token ones; plain
+    batches of 8 pad a quarter of the batches to the long width, grouped ones almost none."""
     rng = random.Random(0)
     lengths = [rng.randint(160, 210) if rng.random() > 0.035 else rng.randint(700, 815)
                for _ in range(2000)]
