@@ -5,19 +5,15 @@ checkpoint: a model that solves a fair share, but not all, of its training probl
 mixed rewards are the ones that carry gradient). The demonstrations use the two equally correct
 surface forms half-and-half, so P(A) ~ P(B) before RL, which the drift metrics need.
 
-Defaults, tuned on the 2-core CPU box: the default ~81k-parameter tiny Qwen3, 8,000 synth-aime
-demonstrations, 7,000 steps of 8 (7 epochs), AdamW lr 2e-3, 60 warm-up steps, cosine to 0.1x.
-Seed 0 takes ~3.6 min (~52k tokens/s) and reaches a sampled train reward (T=1) of 0.30, with
-A/B balanced (19/20 of the completions that reach the branch point). The arithmetic is learned in
-a sudden transition whose timing depends on the data seed (and, as runs are not bitwise equal
-across machines, on the machine): the teacher-forced solve probability after 7,000 steps was
-0.33 / 0.49 / 0.50 / 0.17 for seeds 0-3, so read `train_reward` in `sft_metrics.json` before RL.
-The tiny default therefore gates stage 1 (`gate_reward`, `max_steps`): a run whose estimate is
-below the gate at the cosine's end trains on at its floor rate until it passes, and one that
-never passes stops the workflow with the measured reward (docs/sft-robustness.md).
-4,000 steps of 16 at lr 5e-3 is ~10% faster but less robust: 0.48 / 0.44 / 0.08 for seeds 0-2
-(seed 3 was at 0.07 after 4,000 steps of 16). A 0.3M-parameter model learned less per second;
-more distinct demonstrations or weight decay 0.1-0.5 did not make the transition earlier.
+The dataclass defaults are a plain 7,000-step recipe of batches of 8; the tiny default's stage
+1 (`models.tiny-base` in config/config.yaml) overrides them, for a reason measured in
+docs/sft-robustness.md: the arithmetic arrives in a sudden transition whose step moves with the
+seed and with the CPU's float kernels (runs are not bitwise equal across machines). Under the
+old recipe (7,000 x 8 with synth-lcb's long demos) it landed in the cosine's tail, so seeds and
+kernel sets decided whether it happened at all (3 of 8 runs missed it). The default now trains
+batches of 32 on synth-aime and synth-hmmt only (no padding to synth-lcb's ~730 tokens), where it
+arrives by about two thirds of the schedule; the gate (`gate_reward`, `max_steps`) still stops
+the workflow with the measured reward if a run misses it.
 """
 
 from __future__ import annotations
