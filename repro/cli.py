@@ -76,7 +76,7 @@ def sft(
     threads: Annotated[int | None, typer.Option(help=THREADS_HELP)] = None,
 ) -> None:
     """SFT warm start on the synthetic demonstrations. Extra arguments are KEY=VALUE overrides of
-    SFTConfig (e.g. steps=600 lr=3e-3); see repro/training/sft.py for every field."""
+    SFTConfig (e.g. steps=600 lr=3e-3); see repro/training/sft_config.py for every field."""
     from repro.config_fields import check_fields
     from repro.training.config import parse_overrides
     from repro.training.sft import GateMissed, SFTConfig, run_sft

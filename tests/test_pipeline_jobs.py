@@ -4,6 +4,8 @@ parse-time checks, on the configs Snakemake resolves (config.yaml with a preset 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,38 @@ def test_a_schema_report_is_cut_to_its_key_and_reason():
     report = ("Error validating config file.\nValidationError: 0 is less than the minimum of 1\n"
               "\nFailed validating 'minimum' in schema\n\nOn instance['eval']['k']:\n    0\n")
     assert schema_refusal(report) == "config ['eval']['k']: 0 is less than the minimum of 1"
+
+
+# What every Snakemake parse runs (rules/common.smk): its imports, read from the file so a new one
+# is covered, then its parse-time calls on the default config. Snakemake parses once per
+# invocation and once more in every job process, so a heavy import here costs seconds each time.
+_PARSE = """
+import ast, sys
+from pathlib import Path
+
+root = Path(sys.argv[1])
+tree = ast.parse((root / "rules" / "common.smk").read_text())
+imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+exec(compile(ast.Module(imports, type_ignores=[]), "common.smk", "exec"))
+from repro.plan import load_config
+
+config = load_config(root / "config" / "config.yaml", [])
+check_selections(config)
+jobs = Jobs(config)
+jobs.check()
+plan_jobs(config)
+jobs.check_run_configs()
+job_digests(root)
+print(" ".join(sorted(name for name in sys.argv[2:] if name in sys.modules)))
+"""
+
+
+def test_a_workflow_parse_imports_no_transformers():
+    """The parse checks `models.*.sft` blocks against SFTConfig (repro.training.sft_config), not
+    the trainer module, which loads transformers, accelerate and much of torch (~6 s a parse).
+    torch itself still comes in: the objectives registry, which the `train:` and `algorithms`
+    checks read, is torch code."""
+    heavy = ["transformers", "accelerate", "trl", "vllm", "datasets"]
+    done = subprocess.run([sys.executable, "-c", _PARSE, str(ROOT), *heavy], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.split() == []

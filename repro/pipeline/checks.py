@@ -72,7 +72,7 @@ def check_dataclass_blocks(config: dict) -> None:
                      f"config algorithms.{label}.objective: ")
     sft_blocks = {key: e["sft"] for key, e in config["models"].items() if e["source"] == "sft"}
     if sft_blocks:
-        from repro.training.sft import SFTConfig
+        from repro.training.sft_config import SFTConfig
 
         for key, block in sft_blocks.items():
             check_fields(SFTConfig, block, f"config models.{key}.sft: ")
