@@ -9,7 +9,6 @@ import random
 
 import pytest
 import torch
-
 from typer.testing import CliRunner
 
 from repro.cli import app
@@ -18,14 +17,15 @@ from repro.tasks import synthetic_demonstrations
 from repro.training.sft import (
     IGNORE,
     METRICS_FILE,
+    GateMissed,
     SFTConfig,
+    _train,
     allocate,
     collate,
     encode_demo,
     run_sft,
     sft_step,
 )
-from repro.training.sft import GateMissed, _train
 from repro.training.sft_schedule import floor_factor, grouped_batches, lr_factor, plain_batches
 
 MICRO = TinyModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

@@ -31,10 +31,10 @@ import torch
 from tqdm import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from repro.atomic import atomic_dir
 from repro.benchmarks import build_messages, get_benchmark, row_to_problem
 from repro.generation.base import SamplingConfig
 from repro.generation.hf import HFEngine
-from repro.atomic import atomic_dir
 from repro.models import TinyModelConfig, build_tiny, load
 from repro.tasks import synthetic_demonstrations, synthetic_probes, synthetic_rows
 from repro.tasks.base import Probe
