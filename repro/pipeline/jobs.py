@@ -100,13 +100,15 @@ class Jobs:
         return [f"{self.run_dir(r)}/train_log.parquet" for r in self.run_keys()]
 
     def eval_problems(self, main_only: bool = False) -> list[str]:
-        """Main runs at every fraction, ablation runs at the final one, and each model's start."""
+        """Main runs at every fraction, ablation runs at the final one (at every one with
+        `ablations.all_fractions`), and each model's start."""
         files = []
         benchmarks = self.config["eval"]["benchmarks"]
+        every = self.config["ablations"]["all_fractions"]
         for r in self.run_keys():
             if main_only and not r["main"]:
                 continue
-            for frac in self.fractions if r["main"] else [self.final]:
+            for frac in self.fractions if r["main"] or every else [self.final]:
                 folder = self.layout.eval_dir.format(**r, frac=frac)
                 files += [f"{folder}/benchmark={b}/problems.parquet" for b in benchmarks]
         if self.config["eval"]["init"]:  # at every run seed: paired, same sampling seed as runs
