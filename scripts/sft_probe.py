@@ -13,10 +13,14 @@ this stage 1, then the held-out synth-rule evaluation the pipeline runs for `alg
 `eval` block, eval seed 0), recorded as `start_heldout` (avg@k over the held-out problems).
 `--rl` then trains GRPO from that start with config.yaml's `train` block (run seed 0) and
 evaluates its final checkpoint the same way (`rl_heldout`): the start's RL gain.
+`--eval-seeds N` also evaluates the start at eval seeds 0..N-1 and records their mean
+(`start_heldout_mean`, avg@(k*N)): one avg@4 has an SD of ~1.65 points on its own
+(docs/sft-robustness.md, section 8), too coarse to compare starts within 5 points.
 
 Extra KEY=VALUE arguments override SFTConfig on top of config/config.yaml's tiny-base block
-(e.g. batch_size=32 steps=1750 lr=4e-3, group_by_length=true, gate_reward=0). The model folder
-goes to a temporary directory; a gate missed at the cap is recorded as the row's outcome.
+(e.g. batch_size=32 steps=1750 lr=4e-3, group_by_length=true, gate_reward=0). The models go
+to a temporary directory, or to `--keep DIR` (kept, for evaluating them again later); a gate
+missed at the cap is recorded as the row's outcome.
 """
 
 from __future__ import annotations
@@ -64,12 +68,19 @@ def heldout(policy: Path, out: Path, checkpoint: str, seed: int) -> dict[str, fl
                    .to_pylist()) / len(col) for b in e["benchmarks"]}
 
 
-def rl_start(stage1: Path, work: Path, seed: int) -> dict[str, Any]:
-    """Stage 2 (config.yaml's models.tiny) from `stage1`, and the start's held-out avg@k."""
+def rl_start(stage1: Path, work: Path, seed: int, eval_seeds: int) -> dict[str, Any]:
+    """Stage 2 (config.yaml's models.tiny) from `stage1`, and the start's held-out avg@k at
+    eval seed `seed` (as the pipeline pairs it), plus its mean over eval seeds 0..eval_seeds-1."""
     stage2 = SFTConfig(**{**CONFIG["models"]["tiny"]["sft"], "model": str(stage1)})
     m = run_sft(stage2, work / "stage2")
-    return {"stage2_train_reward": m["train_reward"]["mean"],
-            "start_heldout": heldout(work / "stage2", work / "eval-init", "init", seed)}
+    runs = {s: heldout(work / "stage2", work / f"eval-init-{s}", "init", s)
+            for s in sorted({seed, *range(eval_seeds)})}
+    row = {"stage2_train_reward": m["train_reward"]["mean"], "start_heldout": runs[seed]}
+    if eval_seeds > 1:
+        row["start_heldout_mean"] = {b: sum(runs[s][b] for s in range(eval_seeds)) / eval_seeds
+                                     for b in runs[seed]}
+        row["start_eval_seeds"] = eval_seeds
+    return row
 
 
 def rl_gain(start: Path, work: Path, seed: int) -> dict[str, Any]:
@@ -123,6 +134,9 @@ def main() -> None:
     parser.add_argument("--stage2", action="store_true",
                         help="Also train stage 2 and evaluate the RL start held out.")
     parser.add_argument("--rl", action="store_true", help="With --stage2: GRPO from the start.")
+    parser.add_argument("--eval-seeds", type=int, default=1,
+                        help="With --stage2: also the start's mean held-out over N eval seeds.")
+    parser.add_argument("--keep", type=Path, help="Write the models here, not to a temp dir.")
     args, extra = parser.parse_known_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     cfg = stage1_config(args.seed, extra)
@@ -137,10 +151,12 @@ def main() -> None:
         "sft_config": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "model"},
     }
     try:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp_dir:
+            tmp = args.keep or Path(tmp_dir)
             m = run_sft(cfg, Path(tmp) / "model")
             if args.stage2:
-                row |= rl_start(Path(tmp) / "model", Path(tmp), seed=0) | {"eval_seed": 0}
+                row |= rl_start(Path(tmp) / "model", Path(tmp), seed=0,
+                                eval_seeds=args.eval_seeds) | {"eval_seed": 0}
                 if args.rl:
                     row |= rl_gain(Path(tmp) / "stage2", Path(tmp), seed=0)
     except GateMissed as err:  # a row all the same: the miss is the outcome

@@ -35,7 +35,7 @@ def test_smoke_runs_are_the_main_grid_then_the_ablations_without_duplicates():
                     ("gspo", 2, 0, False), ("dfpo_min", 2, 0, False)]
 
 
-def test_ablation_runs_are_evaluated_at_the_final_fraction_only():
+def test_ablation_runs_are_evaluated_at_the_final_fraction_unless_all_fractions():
     jobs = Jobs(resolved("smoke.yaml"))
     problems = jobs.eval_problems()
     main = [p for p in problems if "algo=gspo/model=tiny/group_size=4/seed=0/" in p]
@@ -44,6 +44,19 @@ def test_ablation_runs_are_evaluated_at_the_final_fraction_only():
     assert [p.split("frac=")[1][:3] for p in ablation] == ["1.0"]
     # 4 main runs x 2 fractions, and the start at each of the 2 run seeds
     assert len(jobs.eval_problems(main_only=True)) == 4 * 2 + 2
+    every = Jobs(resolved("smoke.yaml", ablations={"all_fractions": True})).eval_problems()
+    assert [p.split("frac=")[1][:3] for p in every
+            if "group_size=2/seed=0/" in p and "algo=gspo" in p] == ["0.5", "1.0"]
+    assert len(every) == len(problems) + 3  # each of the 3 ablation runs gains its 0.5
+
+
+def test_the_mechanism_study_has_three_starts_and_every_run_at_four_fractions():
+    jobs = Jobs(resolved("mechanism-study.yaml"))
+    runs = jobs.run_keys()
+    assert {r["model"] for r in runs} == {f"tiny-preamble-{i}" for i in range(3)}
+    assert len(runs) == 3 * (5 * 2 + 5)  # main: 5 algorithms x 2 seeds; controls: 5 x seed 0
+    per_run = [p for p in jobs.eval_problems() if "algo=gspo_tokmean/model=tiny-preamble-1/" in p]
+    assert [p.split("frac=")[1].split("/")[0] for p in per_run] == ["0.25", "0.5", "0.75", "1.0"]
 
 
 def test_the_layout_keys_an_experiments_logs_like_its_outputs():

@@ -1,0 +1,158 @@
+"""The mechanism study's verdicts (docs/preregistration-2.md) on a synthetic aggregate whose
+truth is known: three starts (models) x RL seeds, every run evaluated at four fractions.
+
+The world: the start and `grpo` are all wrong / all right (G2 holds); `dfpo_min_prod` is `gspo`
+plus extra correct samples (P1 holds); `dfpo_none_prod` has `dfpo_min_prod`'s samples exactly
+(P2: Δ = 0, fails); `dfpo_min_prod`'s preamble_kl is a tenth of gspo's (P7 holds), the
+phrasing_kl equal (P8 inconclusive), its entropy drops more (P9 fails). A world with a spread of
+s under 2% makes every prediction "invalid regime": the gates can fail.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from repro.cli import app
+from repro.reporting.load import load_aggregate
+from repro.reporting.verdict import FAILS, HOLDS, INCONCLUSIVE
+from repro.reporting.verdict_mechanism import (
+    INVALID,
+    NOT_AFTER_HOLM,
+    holm,
+    mechanism_verdict_tables,
+)
+from repro.results import EVAL_PROBLEMS, EVAL_SAMPLES, TRAIN_LOG, write_table
+from repro.results.schemas import TRAIN_LOG_METRICS, TRAIN_LOG_TIMING
+
+MODELS, MAIN_SEEDS, FRACS = ("m0", "m1", "m2"), (0, 1), (0.25, 0.5, 0.75, 1.0)
+PROBLEMS, K, STEPS = 16, 2, 8
+MAIN = ("grpo", "gspo", "dfpo_min_prod", "dfpo_none_prod", "dfpo_global_prod")
+ABLATIONS = ("dfpo_orth_prod", "dfpo_orth_plain_prod", "dfpo_min", "gspo_noclip", "gspo_tokmean")
+
+
+def hive(root: Path, kind: str, algo: str, model: str, seed: int, g: int | None) -> Path:
+    return root / kind / f"algo={algo}" / f"model={model}" / (
+        f"group_size={g}" if g else "") / f"seed={seed}"
+
+
+def write_train(root: Path, algo: str, model: str, seed: int, spread: float) -> Path:
+    rows = []
+    for i in range(STEPS):
+        metrics = dict.fromkeys(TRAIN_LOG_METRICS + TRAIN_LOG_TIMING, 0.5) | {
+            "reward_mean": 0.1 * i + (0.01 if algo == "dfpo_min_prod" else 0.0),
+            "s_spread_product": spread,
+            "preamble_kl": 0.01 if algo == "dfpo_min_prod" else 0.1,
+            "phrasing_kl": 0.2,
+            "entropy": 1.0 - (0.02 if algo == "dfpo_min_prod" else 0.01) * i,
+        }
+        rows.append(metrics | {"algorithm": algo, "objective": "x", "seed": seed, "step": i + 1,
+                               "gen_tokens": 100, "gen_tokens_cum": 100 * (i + 1),
+                               "flops_cum": 1e6 * (i + 1)})
+    path = hive(root, "runs", algo, model, seed, 8) / "train_log.parquet"
+    write_table(rows, TRAIN_LOG, path)
+    return path
+
+
+def write_eval(root: Path, algo: str, model: str, seed: int, frac: float,
+               correct: np.ndarray) -> Path:
+    g = None if algo == "init" else 8
+    folder = hive(root, "eval", algo, model, seed, g) / f"frac={frac}/benchmark=toy"
+    common = {"model": "ckpt", "checkpoint": "c", "benchmark": "toy",
+              "revision_hash": "r", "k": K, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
+              "min_p": 0.0, "max_new_tokens": 160, "seed": seed, "engine": "hf",
+              "grader_version": "1", "grader_compat": "default", "sandbox_mode": "none"}
+    samples, problems = [], []
+    for p, row in enumerate(correct):
+        pid = {"problem_id": f"p{p}", "problem_hash": f"h{p}"}
+        samples += [common | pid | {"sample_idx": i, "completion": "x", "n_tokens": 3,
+                                    "finish_reason": "stop", "correct": bool(ok),
+                                    "verdict": "ok", "reason": "", "extracted": None}
+                    for i, ok in enumerate(row)]
+        c = int(row.sum())
+        problems.append(common | pid | {"n": K, "c": c, "avg": c / K, "pass_at_k": float(c > 0),
+                                        "truncated_frac": 0.0, "no_answer_frac": 0.0,
+                                        "grader_errors": 0})
+    write_table(samples, EVAL_SAMPLES, folder / "samples.parquet")
+    write_table(problems, EVAL_PROBLEMS, folder / "problems.parquet")
+    return folder / "problems.parquet"
+
+
+def correctness(model: str, seed: int, frac: float) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng([MODELS.index(model), seed, int(100 * frac)])
+    gspo = rng.random((PROBLEMS, K)) < 0.3
+    dfpo = gspo | (rng.random((PROBLEMS, K)) < 0.5)
+    out = {a: rng.random((PROBLEMS, K)) < 0.4 for a in (*MAIN, *ABLATIONS)}
+    return out | {"gspo": gspo, "dfpo_min_prod": dfpo, "dfpo_none_prod": dfpo,
+                  "grpo": np.ones((PROBLEMS, K), bool)}
+
+
+def build(root: Path, spread: float) -> tuple[Path, dict]:
+    files, truth = [], {}
+    for m in MODELS:
+        for algos, seeds in ((MAIN, MAIN_SEEDS), (ABLATIONS, (0,))):
+            for a in algos:
+                for s in seeds:
+                    files.append(write_train(root, a, m, s, spread))
+                    for f in FRACS:
+                        truth[a, m, s, f] = correctness(m, s, f)[a]
+                        files.append(write_eval(root, a, m, s, f, truth[a, m, s, f]))
+        for s in MAIN_SEEDS:
+            files.append(write_eval(root, "init", m, s, 0.0, np.zeros((PROBLEMS, K), bool)))
+    out = root / "aggregate"
+    result = CliRunner().invoke(app, [
+        "aggregate", "--out", str(out), "--experiment", "mechanism-study", "--baseline", "gspo",
+        "--proposed", "dfpo_min_prod", "--main-algos", ",".join(MAIN),
+        "--ablation-algos", ",".join(ABLATIONS), "--group-algos", "gspo,dfpo_min_prod",
+        *map(str, files)])
+    assert result.exit_code == 0, result.output
+    return out, truth
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    out, truth = build(tmp_path_factory.mktemp("mech"), spread=0.5)
+    table = mechanism_verdict_tables(load_aggregate(out))[0]
+    return {row[0]: row for row in table.rows}, truth
+
+
+def hand_auc(truth: dict, algo: str, model: str, seed: int) -> np.ndarray:
+    """Per-problem AUC over FRACS: np.trapezoid, divided by the span."""
+    curve = np.stack([truth[algo, model, seed, f].mean(1) for f in FRACS])
+    return np.trapezoid(curve, FRACS, axis=0) / (FRACS[-1] - FRACS[0])
+
+
+def test_gates_hold_and_p1_matches_a_hand_computation(world):
+    rows, truth = world
+    assert [rows[g][-1] for g in ("G1", "G2", "G3")] == [HOLDS] * 3
+    assert "50.0%" in rows["G1"][2] and "Δ = +100.0 [+100.0, +100.0]" in rows["G2"][2]
+    hand = np.mean([(hand_auc(truth, "dfpo_min_prod", m, s) - hand_auc(truth, "gspo", m, s))
+                    .mean() for m in MODELS for s in MAIN_SEEDS]) * 100
+    assert rows["P1"][2].startswith(f"AUC Δ = {hand:+.1f} [") and "6 units" in rows["P1"][2]
+    assert hand > 0 and rows["P1"][-1] in (HOLDS, NOT_AFTER_HOLM)
+    assert "per start: m0 " in rows["P1"][2]
+
+
+def test_rules_can_fail_and_stay_inconclusive(world):
+    rows, _ = world
+    assert rows["P2"][-1] == FAILS and "Δ = +0.0 [+0.0, +0.0]" in rows["P2"][2]
+    assert "3 units" in rows["P4"][2]
+    assert rows["P7"][-1] == HOLDS and f"{math.log(0.1):+.3f}" in rows["P7"][2]
+    assert rows["P8"][-1] == INCONCLUSIVE
+    assert rows["P9"][-1] == FAILS
+
+
+def test_a_regime_without_spread_is_invalid_not_failed(tmp_path):
+    out, _ = build(tmp_path, spread=0.001)
+    rows = {r[0]: r for r in mechanism_verdict_tables(load_aggregate(out))[0].rows}
+    assert rows["G1"][-1] == FAILS
+    assert {rows[p][-1] for p in ("P1", "P2", "P5", "P6a", "P7", "P9")} == {INVALID}
+
+
+def test_holm_adjusts_step_down_and_keeps_order():
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == [0.5]
