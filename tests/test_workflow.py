@@ -350,21 +350,43 @@ def test_tables_and_figures_from_the_committed_aggregate_alone(tmp_path):
     assert (wd / "results" / "figures" / "reward_vs_compute.pdf").stat().st_size > 1000
 
 
+# each pre-registered study: its preset, the page that reports its verdicts, the heading of
+# that section (its first table holds the verdicts) and the ids the table must have
+STUDIES = {
+    "tiny-study": ("docs/results.md", "## The pre-registered tiny study",
+                   {"V", *(f"P{i}" for i in range(1, 9))}),
+    "mechanism-study": ("README.md", "## The mechanism study",
+                        {"G1", "G2", "G3", "P1", "P2", "P3", "P4", "P5", "P6a", "P6b", "P7",
+                         "P8", "P9"}),
+}
+
+
 @pytest.mark.slow
-def test_the_study_verdicts_come_from_its_committed_aggregate_and_match_the_results_page(tmp_path):
-    """`snakemake tables` under the study preset, on a fresh clone (only the study's committed
-    aggregate and the paper reference), writes verdict.md; its verdicts are those docs/results.md reports."""
-    study = "config/presets/tiny-study.yaml"
-    wd = copy_workflow(tmp_path, extra=("results/tiny-study/aggregate", "results/paper"))
-    args = ("tables", "--cores", "2", "--configfile", study)  # target first: --configfile takes all
+@pytest.mark.parametrize("study", sorted(STUDIES))
+def test_the_study_verdicts_come_from_its_committed_aggregate_and_match_its_page(study, tmp_path):
+    """`snakemake tables` under the study's preset, on a fresh clone (only the study's committed
+    aggregate and the paper reference), writes verdict.md; its verdicts are the ones the page
+    that reports the study shows."""
+    page, heading, ids = STUDIES[study]
+    wd = copy_workflow(tmp_path, extra=(f"results/{study}/aggregate", "results/paper"))
+    args = ("tables", "--cores", "2", "--configfile", f"config/presets/{study}.yaml")
     assert set(jobs_planned(ok(snakemake(*args, cwd=wd), wd))) == {"tables"}  # as a dry run's
-    table = (wd / "results" / "tiny-study" / "tables" / "verdict.md").read_text()
+    table = (wd / "results" / study / "tables" / "verdict.md").read_text()
     computed = {cells[0]: cells[-1] for cells in _rows(table)}
-    section = (ROOT / "docs" / "results.md").read_text().split("## The pre-registered tiny study")[1]
-    readme = {cells[0]: cells[-1].replace("*", "").split(" (")[0]
-              for cells in _rows(section.split("\n\n")[2])}
-    assert set(computed) == {"V", *(f"P{i}" for i in range(1, 9))}
-    assert readme == computed
+    section = (ROOT / page).read_text().split(heading)[1]
+    shown = {cells[0]: cells[-1].replace("*", "").split(" (")[0]
+             for cells in _rows(_first_table(section))}
+    assert set(computed) == ids
+    assert shown == {k: v.split(" (")[0] for k, v in computed.items()}  # the rule's word
+
+
+def _first_table(text: str) -> str:
+    """The first Markdown table in `text` (its contiguous '|' lines)."""
+    lines = text.splitlines()
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("| "))
+    rest = lines[first:]
+    return "\n".join(rest[:next((i for i, ln in enumerate(rest) if not ln.startswith("|")),
+                                 len(rest))])
 
 
 def _rows(markdown: str) -> list[list[str]]:
