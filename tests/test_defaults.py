@@ -51,7 +51,8 @@ SCHEMA_FIELDS: dict[str, tuple[type, str]] = {
 # Defaults that belong to the pipeline alone (no dataclass has them): selections of the grid,
 # and empty override blocks.
 PIPELINE_ONLY = {"run", "run.models", "run.seeds", "eval", "eval.benchmarks", "eval.init",
-                 "ablations", "ablations.group_sizes", "ablations.seeds", "report", "theory",
+                 "ablations", "ablations.group_sizes", "ablations.seeds", "ablations.all_fractions",
+                 "report", "theory",
                  "models.*.sft", "algorithms.*.objective", "results", "data_lock",
                  "hardware", "hardware.train", "hardware.eval"}
 
