@@ -139,17 +139,19 @@ def gates(agg: Aggregate) -> tuple[list[Verdict], bool, bool]:
 
 
 def accuracy_verdicts(agg: Aggregate, valid: bool, act: bool) -> list[Verdict]:
-    tests = [compare(*auc_units(agg, a, b)) for _, _, a, b in ACCURACY]
+    aucs = [auc_units(agg, a, b) for _, _, a, b in ACCURACY]
+    tests = [compare(*pair) for pair in aucs]
     adjusted = holm([1.0 if t is None else t.p_value for t in tests])
     out = []
-    for (pid, claim, a, b), test, p_holm in zip(ACCURACY, tests, adjusted, strict=True):
+    for (pid, claim, a, b), pair, test, p_holm in zip(ACCURACY, aucs, tests, adjusted,
+                                                      strict=True):
         final = compare(final_units(agg, a), final_units(agg, b))
         numbers = (f"AUC {_delta(test)}; Holm p {p_holm:.3f}; final avg@k "
                    f"{_delta(final).removeprefix('Δ = ')}")
         if pid == "P1" and test is not None:
             numbers += "; per start: " + ", ".join(
                 f"{m} {c.diff:+.1f}" for m in agg.models()
-                if (c := compare(*(_only(s, m) for s in auc_units(agg, a, b)))) is not None)
+                if (c := compare(*(_only(s, m) for s in pair))) is not None)
         if not valid or (pid in ("P2", "P3") and not act):
             verdict = INVALID
         elif test is None:
