@@ -1,4 +1,4 @@
-"""Fixtures shared by the workflow and launch tests."""
+"""Fixtures shared by the workflow and launch tests, and the suite's order."""
 
 from __future__ import annotations
 
@@ -17,3 +17,10 @@ def lock(tmp_path_factory) -> str:
             "revision": "main", "resolved_revision": None,
             "sha256": {name: f"{i:064x}" for i, name in enumerate(shards)}}}}))
     return str(path)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The end-to-end (`slow`) tests first, each group in its collected order: under pytest-xdist
+    (pyproject's `-n auto --dist worksteal`) the workers then start on the long tests and share
+    out the ~900 short ones at the end, instead of one worker finishing a long test alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

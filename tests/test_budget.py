@@ -8,14 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from job_files import write_eval_files
 from typer.testing import CliRunner
 
 from repro.benchmarks import get_benchmark, load_problems
 from repro.cli import app
 from repro.reporting.load import load_aggregate, start_errors
 from repro.reporting.tables_budget import budget_auc, budget_table
-from repro.results import write_table
-from repro.results.schemas import EVAL_PROBLEMS, EVAL_SAMPLES
 
 BENCH, MODEL, G, K, SEEDS = "synth-rule", "tiny", 8, 4, (0, 1)
 FRACS = (0.25, 0.5, 0.75, 1.0)
@@ -49,24 +48,8 @@ def _write_eval(root: Path, algo: str, seed: int, frac: float,
                 samples: list[list[tuple[bool, str | None]]], group_size: int | None) -> Path:
     g = "" if group_size is None else f"group_size={group_size}/"
     folder = root / f"algo={algo}/model={MODEL}/{g}seed={seed}/frac={frac}/benchmark={BENCH}"
-    common = {"model": "ckpt", "checkpoint": "final", "benchmark": BENCH, "revision_hash": "r",
-              "k": K, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0,
-              "max_new_tokens": 64, "seed": seed, "engine": "hf", "grader_version": "1",
-              "grader_compat": "default", "sandbox_mode": "none"}
-    rows, per_problem = [], []
-    for problem, graded in zip(_problems(), samples, strict=True):
-        pid = {"problem_id": problem.problem_id, "problem_hash": problem.text_hash()}
-        rows += [common | pid | {"sample_idx": i, "completion": "x", "n_tokens": 3,
-                                 "finish_reason": "stop", "correct": ok, "verdict": "ok",
-                                 "reason": "", "extracted": extracted}
-                 for i, (ok, extracted) in enumerate(graded)]
-        c = sum(ok for ok, _ in graded)
-        per_problem.append(common | pid | {"n": K, "c": c, "avg": c / K, "pass_at_k": float(c > 0),
-                                           "truncated_frac": 0.0, "no_answer_frac": 0.0,
-                                           "grader_errors": 0})
-    write_table(rows, EVAL_SAMPLES, folder / "samples.parquet")
-    write_table(per_problem, EVAL_PROBLEMS, folder / "problems.parquet")
-    return folder / "problems.parquet"
+    return write_eval_files(folder, samples, benchmark=BENCH, seed=seed,
+                            problems=[(p.problem_id, p.text_hash()) for p in _problems()])
 
 
 def _start_samples(seed: int) -> list[list[tuple[bool, str | None]]]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from job_files import write_eval_files
 from typer.testing import CliRunner
 
 from repro.cli import app
@@ -28,7 +29,7 @@ from repro.results import (
     read_table,
     write_table,
 )
-from repro.results.schemas import EVAL_PROBLEMS, EVAL_SAMPLES, TRAIN_LOG_METRICS, TRAIN_LOG_TIMING
+from repro.results.schemas import TRAIN_LOG_METRICS, TRAIN_LOG_TIMING
 
 MODEL, G, K, PROBLEMS, SEEDS = "tiny", 8, 4, 6, (0, 1, 2)
 BENCHES = ("synth-aime", "synth-lcb")
@@ -65,25 +66,10 @@ def write_train(root: Path, algo: str, seed: int, rewards: list[float],
 
 def write_eval(root: Path, algo: str, seed: int, bench: str, correct: np.ndarray,
                group_size: int | None = G, frac: float = 1.0) -> Path:
+    """`correct`: [problems, k] 0/1; seed 99 in every row (not the run's: readers key on paths)."""
     folder = run_dir(root / "eval", algo, seed, group_size) / f"frac={frac}/benchmark={bench}"
-    common = {"model": "ckpt", "checkpoint": "final", "benchmark": bench, "revision_hash": "r",
-              "k": K, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0,
-              "max_new_tokens": 64, "seed": 99, "engine": "hf", "grader_version": "1",
-              "grader_compat": "default", "sandbox_mode": "none"}
-    samples, problems = [], []
-    for p, row in enumerate(correct):
-        pid = {"problem_id": f"p{p}", "problem_hash": f"h{p}"}
-        samples += [common | pid | {
-            "sample_idx": i, "completion": "x", "n_tokens": 3, "finish_reason": "stop",
-            "correct": bool(ok), "verdict": "ok", "reason": "", "extracted": None,
-        } for i, ok in enumerate(row)]
-        c = int(row.sum())
-        problems.append(common | pid | {"n": K, "c": c, "avg": c / K, "pass_at_k": float(c > 0),
-                                        "truncated_frac": 0.0, "no_answer_frac": 0.0,
-                                        "grader_errors": 0})
-    write_table(samples, EVAL_SAMPLES, folder / "samples.parquet")
-    write_table(problems[::-1], EVAL_PROBLEMS, folder / "problems.parquet")
-    return folder / "problems.parquet"
+    return write_eval_files(folder, [[(bool(ok), None) for ok in row] for row in correct],
+                            benchmark=bench, seed=99)
 
 
 def correctness(seed: int, bench: str) -> dict[str, np.ndarray]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from job_files import write_eval_files
 from typer.testing import CliRunner
 
 from repro.cli import app
@@ -26,7 +27,7 @@ from repro.reporting.verdict_mechanism import (
     holm,
     mechanism_verdict_tables,
 )
-from repro.results import EVAL_PROBLEMS, EVAL_SAMPLES, TRAIN_LOG, write_table
+from repro.results import TRAIN_LOG, write_table
 from repro.results.schemas import TRAIN_LOG_METRICS, TRAIN_LOG_TIMING
 
 MODELS, MAIN_SEEDS, FRACS = ("m0", "m1", "m2"), (0, 1), (0.25, 0.5, 0.75, 1.0)
@@ -62,24 +63,8 @@ def write_eval(root: Path, algo: str, model: str, seed: int, frac: float,
                correct: np.ndarray) -> Path:
     g = None if algo == "init" else 8
     folder = hive(root, "eval", algo, model, seed, g) / f"frac={frac}/benchmark=toy"
-    common = {"model": "ckpt", "checkpoint": "c", "benchmark": "toy",
-              "revision_hash": "r", "k": K, "temperature": 1.0, "top_p": 1.0, "top_k": 0,
-              "min_p": 0.0, "max_new_tokens": 160, "seed": seed, "engine": "hf",
-              "grader_version": "1", "grader_compat": "default", "sandbox_mode": "none"}
-    samples, problems = [], []
-    for p, row in enumerate(correct):
-        pid = {"problem_id": f"p{p}", "problem_hash": f"h{p}"}
-        samples += [common | pid | {"sample_idx": i, "completion": "x", "n_tokens": 3,
-                                    "finish_reason": "stop", "correct": bool(ok),
-                                    "verdict": "ok", "reason": "", "extracted": None}
-                    for i, ok in enumerate(row)]
-        c = int(row.sum())
-        problems.append(common | pid | {"n": K, "c": c, "avg": c / K, "pass_at_k": float(c > 0),
-                                        "truncated_frac": 0.0, "no_answer_frac": 0.0,
-                                        "grader_errors": 0})
-    write_table(samples, EVAL_SAMPLES, folder / "samples.parquet")
-    write_table(problems, EVAL_PROBLEMS, folder / "problems.parquet")
-    return folder / "problems.parquet"
+    return write_eval_files(folder, [[(bool(ok), None) for ok in row] for row in correct],
+                            benchmark="toy", seed=seed)
 
 
 def correctness(model: str, seed: int, frac: float) -> dict[str, np.ndarray]:
