@@ -193,3 +193,32 @@ def test_seed_problem_replicates_share_one_draw_across_matrices():
     assert reps[:, 2] == pytest.approx(2 * reps[:, 0])
     with pytest.raises(ValueError, match="seeds, problems"):
         seed_problem_replicates(base)
+
+
+def test_memoised_resampling_draws_what_a_fresh_generator_draws() -> None:
+    """bootstrap_ci reuses the first multinomial draw of default_rng(seed) across calls
+    (tables ask for hundreds of intervals over the same problems); the intervals of a second,
+    cached call, and of the draws that follow the cached one (seeds, samples within problems),
+    are exactly those of a generator drawn from scratch."""
+    data = np.random.default_rng(7)
+    scores = data.random((3, 40))
+    samples = (data.random((40, 4)) < 0.4).astype(float)
+
+    def fresh_scores(seed: int) -> tuple[float, float]:
+        rng = np.random.default_rng(seed)
+        problem_w = rng.multinomial(40, np.full(40, 1 / 40), size=500) / 40
+        seed_w = rng.multinomial(3, np.full(3, 1 / 3), size=500) / 3
+        reps = np.einsum("br,rp,bp->b", seed_w, scores, problem_w)
+        lo, hi = np.quantile(reps, [0.025, 0.975])
+        return float(lo), float(hi)
+
+    def fresh_samples(seed: int) -> tuple[float, float]:
+        rng = np.random.default_rng(seed)
+        counts = rng.multinomial(40, np.full(40, 1 / 40), size=500)
+        reps = rng.binomial(counts * 4, samples.mean(axis=1)).sum(axis=1) / 160
+        lo, hi = np.quantile(reps, [0.025, 0.975])
+        return float(lo), float(hi)
+
+    for seed in (0, 3, 0):  # the second seed 0 is served from the cache
+        assert bootstrap_ci(scores, seed=seed, n_boot=500)[1:] == fresh_scores(seed)
+        assert bootstrap_ci(samples=samples, seed=seed, n_boot=500)[1:] == fresh_samples(seed)
