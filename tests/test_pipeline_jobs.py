@@ -116,23 +116,26 @@ imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.Impor
 exec(compile(ast.Module(imports, type_ignores=[]), "common.smk", "exec"))
 from repro.plan import load_config
 
-config = load_config(root / "config" / "config.yaml", [])
+config = load_config(root / "config" / "config.yaml", [root / p for p in sys.argv[2:3] if p])
 check_selections(config)
 jobs = Jobs(config)
 jobs.check()
 plan_jobs(config)
 jobs.check_run_configs()
 job_digests(root)
-print(" ".join(sorted(name for name in sys.argv[2:] if name in sys.modules)))
+print(" ".join(sorted(name for name in sys.argv[3:] if name in sys.modules)))
 """
 
 
-def test_a_workflow_parse_imports_no_transformers():
+@pytest.mark.parametrize("preset", ["", "config/presets/paper-qwen3-32b.yaml"])
+def test_a_workflow_parse_imports_no_transformers(preset):
     """The parse checks `models.*.sft` blocks against SFTConfig (repro.training.sft_config), not
     the trainer module, which loads transformers, accelerate and much of torch (~6 s a parse).
-    torch itself still comes in: the objectives registry, which the `train:` and `algorithms`
-    checks read, is torch code."""
+    A paper preset's parse also plans GPU jobs: the planner reads TRL's `vllm_mode` default only
+    when the preset leaves it out (TRL's config module loads transformers' Trainer and peft), and
+    the vLLM engine's defaults without the HF sampler. torch itself still comes in: the
+    objectives registry, which the `train:` and `algorithms` checks read, is torch code."""
     heavy = ["transformers", "accelerate", "trl", "vllm", "datasets"]
-    done = subprocess.run([sys.executable, "-c", _PARSE, str(ROOT), *heavy], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", _PARSE, str(ROOT), preset, *heavy], cwd=ROOT,
                           capture_output=True, text=True, check=True)
     assert done.stdout.split() == []

@@ -95,11 +95,20 @@ def rollout_defaults(trl_args: dict[str, Any]) -> dict[str, Any]:
     (frees its KV cache for the update), which TRL leaves off; server mode (`trl vllm-serve`
     on its own node, for multi-node runs) and HF generate need nothing. A missing `vllm_mode`
     is TRL's default (colocate). Sleep mode is asked for only where vLLM's platform has it
-    (CUDA, ROCm, XPU; not CPU). Explicit trl_args win."""
-    from trl import GRPOConfig
+    (CUDA, ROCm, XPU; not CPU). Explicit trl_args win.
 
-    mode = trl_args.get("vllm_mode", GRPOConfig.vllm_mode)  # the dataclass default: TRL's own
-    if trl_args.get("use_vllm") and mode == "colocate" and sleep_mode_available():
+    The workflow calls this at parse time (the memory planner), so TRL, whose config module
+    loads transformers' Trainer and peft (~5 s), is imported only for its `vllm_mode` default.
+    """
+    if not trl_args.get("use_vllm"):
+        return {}
+    if "vllm_mode" in trl_args:
+        mode = trl_args["vllm_mode"]
+    else:
+        from trl import GRPOConfig
+
+        mode = GRPOConfig.vllm_mode  # the dataclass default: TRL's own
+    if mode == "colocate" and sleep_mode_available():
         return {"vllm_enable_sleep_mode": True}
     return {}
 

@@ -13,7 +13,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from repro.generation.base import Completion, SamplingConfig
-from repro.generation.streams import default_keys, sampling_processors
+from repro.generation.gumbel import sampling_processors
+from repro.generation.streams import default_keys
 
 
 class HFEngine:
@@ -64,7 +65,7 @@ class HFEngine:
             "eos_token_id": tok.eos_token_id,
             "return_dict_in_generate": True,
             "output_logits": return_logprobs,
-            # greedy search over scores that carry per-row noise when sampling (streams.py)
+            # greedy search over scores that carry per-row noise when sampling (gumbel.py)
             "do_sample": False, "top_k": None, "top_p": None, "temperature": None,
             "min_p": None,
         }
