@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import yaml
+
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    # One core a worker, for torch in the worker and in the processes its tests start: with
+    # torch's default (a thread per core) in each of two workers, OpenMP threads spin against
+    # each other (a 23 s RL test took 118 s beside the smoke runs). Before any torch import.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="module")

@@ -265,6 +265,15 @@ def test_smoke_preset_end_to_end(tmp_path):
 
 
 TRL_SMOKE = "train: {engine: trl}\n"
+# The end-to-end TRL run: every stage after SFT on a smaller DAG. It starts from the committed
+# RL start as a local model folder (`source: hub`, as the paper presets start from a hub model;
+# the native smoke run covers SFT) and keeps one seed of each kind of run (main, ablation, two
+# group sizes): seeds add no engine code, only jobs, ~8 s of start-up each.
+TRL_SMOKE_E2E = TRL_SMOKE + """\
+models: {tiny: {source: hub, id: tests/fixtures/synth_rule_start}}
+run: {algorithms: [gspo, dfpo_min], seeds: [0]}
+ablations: {algorithms: [dfpo_global], group_algorithms: [gspo], group_sizes: [2, 4], seeds: [0]}
+"""
 
 
 def test_smoke_preset_with_the_trl_engine_plans_every_stage(tmp_path, dry_run):
@@ -278,14 +287,15 @@ def test_smoke_preset_with_the_trl_engine_plans_every_stage(tmp_path, dry_run):
 def test_smoke_preset_end_to_end_with_the_trl_engine(tmp_path):
     """train.engine: trl on CPU (one process, no GPU, no vLLM): every run trains through TRL and
     the rest of the pipeline reads its outputs as it reads the native engine's."""
-    wd = copy_workflow(tmp_path)
-    (wd / "trl.yaml").write_text(TRL_SMOKE)
+    wd = copy_workflow(tmp_path, extra=("tests/fixtures/synth_rule_start",))
+    (wd / "trl.yaml").write_text(TRL_SMOKE_E2E)
     ok(snakemake("--cores", "2", *SMOKE, "trl.yaml", timeout=1200, cwd=wd), wd)
+    assert not (wd / "results" / "models").exists()  # no SFT: the runs start from the fixture
 
     from repro.results import AGG_TRAIN_CURVES, TRAIN_LOG
 
     logs = sorted((wd / "results" / "runs").glob("**/train_log.parquet"))
-    assert len(logs) == 7, logs
+    assert len(logs) == 4, logs
     for path in logs:
         schema = pq.read_schema(path)
         assert schema.remove_metadata().equals(TRAIN_LOG.remove_metadata()), path
@@ -313,8 +323,10 @@ def training_process(scratch: str) -> int:
 
 @pytest.mark.slow
 def test_killed_training_job_resumes_from_its_checkpoint(tmp_path):
-    wd = copy_workflow(tmp_path)
-    (wd / "longer.yaml").write_text("train: {steps: 12, checkpoint_every: 2}\n")
+    wd = copy_workflow(tmp_path, extra=("tests/fixtures/synth_rule_start",))
+    (wd / "longer.yaml").write_text(  # from the fixture start: no SFT jobs before the kill
+        "train: {steps: 12, checkpoint_every: 2}\n"
+        "models: {tiny: {source: hub, id: tests/fixtures/synth_rule_start}}\n")
     args = ["--configfile", "config/presets/smoke.yaml", "longer.yaml"]
     run = "algo=gspo/model=tiny/group_size=4/seed=0"
     target = f"results/runs/{run}/train_log.parquet"
