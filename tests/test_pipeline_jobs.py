@@ -66,6 +66,16 @@ def test_the_layout_keys_an_experiments_logs_like_its_outputs():
     assert Layout("elsewhere/x").log_dir == "logs/elsewhere/x"
 
 
+def test_the_workflow_declares_every_table_and_figure_the_commands_write():
+    """The rules' outputs are the layout's names; `repro tables` writes one file pair per entry
+    of repro.reporting's TABLES (and paper), `repro figures` one per entry of its FIGURES. A
+    name missing from the layout is a file Snakemake neither checks nor removes on failure."""
+    from repro.reporting import figures, tables
+
+    assert [*tables.TABLES, "paper"] == TABLES
+    assert list(figures.FIGURES) == FIGURES
+
+
 def test_table_and_figure_files_are_in_snakemakes_expand_order():
     layout = Layout("results")
     assert layout.table_files() == expand("results/tables/{name}.{ext}", name=TABLES,
