@@ -41,7 +41,7 @@ def result(tmp_path_factory) -> dict:
 def test_every_stage_of_every_round_is_timed(result):
     assert len(result["rounds"]) == REPEATS  # the warm-up round is not reported
     for r in result["rounds"]:
-        for key in (*STAGES, "rollout", "bare_generate", "bare_fwd_bwd"):
+        for key in (*STAGES, "rollout", "bare_generate", "bare_forward", "bare_fwd_bwd"):
             assert r[key] > 0, key
         assert r["old_logprobs"] == pytest.approx(r["rollout"] - r["generate"] - r["grading"])
         assert r["diagnostics"] < r["update"]
@@ -67,6 +67,8 @@ def test_summary_is_the_medians_of_the_rounds(result):
     assert ratios["rollout_vs_bare_generate"] == pytest.approx(
         (med["positions"] / med["rollout"]) / (med["bare_positions"] / med["bare_generate"]))
     assert ratios["update_vs_bare_fwd_bwd"] == pytest.approx(med["update"] / med["bare_fwd_bwd"])
+    assert ratios["old_logprobs_vs_bare_forward"] == pytest.approx(
+        med["old_logprobs"] / med["bare_forward"])
     assert all(math.isfinite(v) and v > 0 for v in ratios.values())
 
 

@@ -101,6 +101,7 @@ def print_rl_step_report(result: dict[str, Any]) -> None:
         table.add_row(STAGE_LABELS[name], _ms(seconds), f"{result['shares'][name]:.1%}")
     table.add_row("step (rollout + update + probes + checkpoint)", _ms(result["step_s"]), "")
     table.add_row("bare model.generate, same prompts", _ms(result["bare_s"]["generate"]), "")
+    table.add_row("bare forward, no grad, same batch", _ms(result["bare_s"]["forward"]), "")
     table.add_row("bare forward + backward, same minibatches", _ms(result["bare_s"]["fwd_bwd"]), "")
     console.print(table)
     rates = result["tokens_per_s"]

@@ -1,9 +1,10 @@
 """One native RL step, stage by stage, against bare transformers baselines measured alongside.
 
 Each round runs a real step of the loop (`rollout_stage`, `update_stage`, then the probes and a
-checkpoint, as `train` does) on the tiny default, and next to it the two baselines on the same
+checkpoint, as `train` does) on the tiny default, and next to it three baselines on the same
 inputs: `model.generate` with the same prompts, temperature, budget and G samples per prompt
-(torch's multinomial sampling, no per-sample streams), and a bare forward + backward of the
+(torch's multinomial sampling, no per-sample streams); a bare no-grad forward of the whole batch
+(the floor of the behaviour pass, logp_old and entropy); and a bare forward + backward of the
 same minibatches (full logits, loss = -sum of response log-probs, no optimizer). Which side goes
 first alternates by round (A B, B A), so drift in the machine's load falls on both; the report
 gives medians and ratios of medians, never absolute thresholds.
@@ -155,6 +156,18 @@ def bare_forward_backward(ctx: StepContext, step: int, scored: ScoredRollout) ->
     return seconds
 
 
+def bare_forward(ctx: StepContext, scored: ScoredRollout) -> float:
+    """Seconds of one no-grad forward of the whole rollout batch through the plain model (full
+    logits, response log-probs gathered): the floor of the behaviour pass (logp_old, entropy)."""
+    batch = scored.batch
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        logits = ctx.model(input_ids=batch.input_ids,
+                           attention_mask=batch.attention_mask).logits[:, :-1].float()
+        torch.log_softmax(logits, -1).gather(-1, batch.input_ids[:, 1:, None])
+    return time.perf_counter() - t0
+
+
 def diagnostics_seconds(ctx: StepContext, step: int, scored: ScoredRollout) -> float:
     """Seconds of the diagnostics the update computes (c = -dL/dlogp and the cancellation
     metrics of each minibatch), timed alone on the same minibatches."""
@@ -206,6 +219,7 @@ def run_round(ctx: StepContext, probes: Any, state: Any, step: int, scratch: Pat
         r["update"] = _timed(lambda: update_stage(ctx, step, scored))[1]
 
     def bare_update() -> None:
+        r["bare_forward"] = bare_forward(ctx, scored)
         r["bare_fwd_bwd"] = bare_forward_backward(ctx, step, scored)
 
     for fn in (loop_update, bare_update) if loop_first else (bare_update, loop_update):
@@ -270,11 +284,13 @@ def summarise(cfg: RLStepBenchConfig, train_cfg: TrainConfig,
         "rollout_s": med("rollout"),
         "step_s": step_s,
         "shares": {name: s / step_s for name, s in stages.items()},
-        "bare_s": {"generate": med("bare_generate"), "fwd_bwd": med("bare_fwd_bwd")},
+        "bare_s": {"generate": med("bare_generate"), "forward": med("bare_forward"),
+                   "fwd_bwd": med("bare_fwd_bwd")},
         "tokens_per_s": rates,
         "ratios": {
             "rollout_vs_bare_generate": rollout_ratio,
             "engine_generate_vs_bare_generate": rates["engine_generate"] / rates["bare_generate"],
+            "old_logprobs_vs_bare_forward": stages["old_logprobs"] / med("bare_forward"),
             "update_vs_bare_fwd_bwd": update_ratio,
         },
         "acceptance": [
