@@ -273,13 +273,15 @@ def test_smoke_preset_end_to_end(tmp_path):
 
 
 TRL_SMOKE = "train: {engine: trl}\n"
+# The committed RL start (tests/fixtures/synth_rule_start) as the runs' model: no SFT jobs.
+START = "tests/fixtures/synth_rule_start"
+FROM_START = f"models: {{tiny: {{source: hub, id: {START}}}}}\n"
 # The end-to-end TRL run: every stage after SFT on a smaller DAG. It starts from the committed
 # RL start as a local model folder (`source: hub`, as the paper presets start from a hub model;
 # the native smoke run covers SFT) and keeps one seed of the main runs and of another group size
 # (another TRL batch layout), evaluated at the final checkpoint: more seeds, fractions and
 # objective variants add no engine code, only jobs, ~8 s of start-up each.
-TRL_SMOKE_E2E = TRL_SMOKE + """\
-models: {tiny: {source: hub, id: tests/fixtures/synth_rule_start}}
+TRL_SMOKE_E2E = TRL_SMOKE + FROM_START + """\
 run: {algorithms: [gspo, dfpo_min], seeds: [0]}
 ablations: {algorithms: [], group_algorithms: [gspo], group_sizes: [2, 4], seeds: [0]}
 eval: {fractions: [1.0]}
@@ -297,7 +299,7 @@ def test_smoke_preset_with_the_trl_engine_plans_every_stage(tmp_path, dry_run):
 def test_smoke_preset_end_to_end_with_the_trl_engine(tmp_path):
     """train.engine: trl on CPU (one process, no GPU, no vLLM): every run trains through TRL and
     the rest of the pipeline reads its outputs as it reads the native engine's."""
-    wd = copy_workflow(tmp_path, extra=("tests/fixtures/synth_rule_start",))
+    wd = copy_workflow(tmp_path, extra=(START,))
     (wd / "trl.yaml").write_text(TRL_SMOKE_E2E)
     ok(snakemake("--cores", "2", *SMOKE, "trl.yaml", timeout=1200, cwd=wd), wd)
     assert not (wd / "results" / "models").exists()  # no SFT: the runs start from the fixture
@@ -333,10 +335,9 @@ def training_process(scratch: str) -> int:
 
 @pytest.mark.slow
 def test_killed_training_job_resumes_from_its_checkpoint(tmp_path):
-    wd = copy_workflow(tmp_path, extra=("tests/fixtures/synth_rule_start",))
-    (wd / "longer.yaml").write_text(  # from the fixture start: no SFT jobs before the kill
-        "train: {steps: 12, checkpoint_every: 2}\n"
-        "models: {tiny: {source: hub, id: tests/fixtures/synth_rule_start}}\n")
+    wd = copy_workflow(tmp_path, extra=(START,))
+    # from the committed start: no SFT jobs before the kill
+    (wd / "longer.yaml").write_text("train: {steps: 12, checkpoint_every: 2}\n" + FROM_START)
     args = ["--configfile", "config/presets/smoke.yaml", "longer.yaml"]
     run = "algo=gspo/model=tiny/group_size=4/seed=0"
     target = f"results/runs/{run}/train_log.parquet"
