@@ -6,6 +6,12 @@ docs/objectives.md.
 
 Every module of this package is imported here, so an algorithm file dropped into it registers
 itself (`@register_algorithm`) with no other edit: the registry is the one list of algorithms.
+
+torch is imported inside the functions that compute, not at the top of a module (annotations
+name `Tensor` under TYPE_CHECKING; no `@torch.no_grad()` decorators): the workflow parse imports
+this package for the config dataclasses and never computes, and torch's import was a third of
+every `snakemake` invocation (~3 s on 2 cores). tests/test_pipeline_jobs.py holds a parse to
+importing no torch; an algorithm file that imports it at the top fails that test.
 """
 
 import importlib

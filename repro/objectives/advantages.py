@@ -7,12 +7,13 @@ runs in float64 and groups whose rewards are all equal get exactly A = 0 (no div
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from repro.objectives.base import require
 from repro.objectives.groups import Groups
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 SCALES = ("group", "none")
 
@@ -39,6 +40,8 @@ def group_advantages(
     reward: Tensor, group: Tensor, cfg: AdvantageConfig | None = None
 ) -> tuple[Tensor, dict[str, float]]:
     """Per-row advantages [B] (float32) and {'zero_adv_frac': share of zero-variance groups}."""
+    import torch
+
     cfg = cfg or AdvantageConfig()
     if reward.dim() != 1 or reward.shape != group.shape:
         raise ValueError(

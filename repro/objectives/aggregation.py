@@ -8,11 +8,12 @@ satisfy that; seq-mean-token-mean (divide by |y_i|) does not.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from repro.objectives.base import LossConfig
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ def aggregate(
     loss_mat: Tensor, mask: Tensor, cfg: LossConfig, norm: Normalisers | None = None
 ) -> Tensor:
     """Reduce a per-token loss matrix under `cfg.loss_agg_mode`; padding never contributes."""
+    import torch
+
     norm = norm or Normalisers()
     masked = torch.where(mask, loss_mat, torch.zeros_like(loss_mat))
     mode = cfg.loss_agg_mode

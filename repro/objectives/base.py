@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, ClassVar
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from repro.objectives.groups import Groups
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
 
 
 def require(ok: bool, owner: Any, name: str, rule: str) -> None:
@@ -72,6 +73,8 @@ class Minibatch:
     seq_weight: Tensor | None = None
 
     def __post_init__(self) -> None:
+        import torch
+
         if self.logp.dim() != 2:
             raise ValueError(f"`logp` must be [B, T], got shape {tuple(self.logp.shape)}")
         shape = self.logp.shape
@@ -109,6 +112,8 @@ class Minibatch:
     @property
     def dtype(self) -> torch.dtype:
         """Ratio arithmetic dtype: float32 at least, whatever the model dtype."""
+        import torch
+
         return torch.promote_types(self.logp.dtype, torch.float32)
 
     def logp_compute(self) -> Tensor:
@@ -116,6 +121,8 @@ class Minibatch:
 
     def token_log_ratio(self) -> Tensor:
         """log r_{i,t} = logp - logp_old in float32 (with grad), 0 on padding."""
+        import torch
+
         diff = self.logp_compute() - self.logp_old.to(self.dtype)
         return torch.where(self.mask, diff, torch.zeros_like(diff))
 
@@ -137,5 +144,7 @@ class Minibatch:
 
     def unit(self) -> Tensor:
         """exp(logp - sg[logp]): value 1, gradient grad(logp). Lets detached weights multiply it."""
+        import torch
+
         logp = self.logp_compute()
         return torch.exp(logp - logp.detach())

@@ -13,9 +13,7 @@ batch and every transform is the identity; the transforms act on later minibatch
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from repro.objectives.aggregation import Normalisers, aggregate
 from repro.objectives.base import SEQUENCE_RATIOS, LossConfig, Minibatch, require
@@ -23,6 +21,9 @@ from repro.objectives.groups import Groups
 from repro.objectives.metrics import common_metrics
 from repro.objectives.registry import register_algorithm
 from repro.objectives.transforms import TRANSFORMS, apply_transform
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 @dataclass
@@ -84,6 +85,8 @@ def ratio_and_weight(cfg: DFPOConfig, log_s: Tensor) -> tuple[Tensor, Tensor]:
     """(w, s): s = exp(log s) and w = s clamped by `weight_clip`. Under the product reading
     log s is a sum over the response, so s is formed in float64 (finite up to 709 nats, where
     float32 stops at 88) and the weights stay float64 through the transform and the loss."""
+    import torch
+
     if cfg.sequence_ratio == "product":
         log_s = log_s.to(torch.float64)
     s = torch.exp(log_s)
@@ -124,11 +127,13 @@ def dfpo_loss(
     return loss, metrics
 
 
-@torch.no_grad()
 def weight_shift(w_t: Tensor, w: Tensor) -> float:
     """mean_i |w~_i / w_i - 1|: how far the transform moved the weights (0 for identity, and
     for min_replace and orth_proj where s is equal within each group). Rows with w = 0 (an
     underflowed product) count as unmoved."""
-    live = w > 0
-    rel = torch.where(live, w_t / torch.where(live, w, 1.0) - 1, 0.0).abs()
-    return float(rel.double().mean()) if rel.numel() else 0.0
+    import torch
+
+    with torch.no_grad():  # not a decorator: see the package docstring
+        live = w > 0
+        rel = torch.where(live, w_t / torch.where(live, w, 1.0) - 1, 0.0).abs()
+        return float(rel.double().mean()) if rel.numel() else 0.0

@@ -8,9 +8,11 @@ index: a few tensor passes whatever the number of groups, and no Python loop ove
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:
+    from torch import Tensor
+
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class Groups:
         bug: refuse it loudly. `min_size=1` takes the groups as they come (a minibatch that cuts
         groups, for objectives whose per-sequence terms need no other member).
         """
+        import torch
+
         if group.dim() != 1:
             raise ValueError(f"`{field}` must be 1-D [B], got shape {tuple(group.shape)}")
         if group.dtype.is_floating_point or group.dtype == torch.bool:

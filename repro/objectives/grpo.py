@@ -9,14 +9,15 @@ copies of a shared token stop cancelling once its ratio leaves the clip range.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from repro.objectives.aggregation import Normalisers, aggregate
 from repro.objectives.base import LossConfig, Minibatch, require
 from repro.objectives.metrics import common_metrics
 from repro.objectives.registry import register_algorithm
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 @dataclass
@@ -38,6 +39,8 @@ class GRPOConfig(LossConfig):
 def grpo_loss(
     cfg: GRPOConfig, batch: Minibatch, norm: Normalisers | None = None
 ) -> tuple[Tensor, dict[str, float]]:
+    import torch
+
     ratio = torch.exp(batch.token_log_ratio())
     adv = batch.advantages.to(ratio.dtype)[:, None]
     unclipped = -adv * ratio

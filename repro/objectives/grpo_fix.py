@@ -9,14 +9,15 @@ GRPO-fix's definition; docs/objectives.md says why this reading was chosen.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from repro.objectives.aggregation import Normalisers, aggregate
 from repro.objectives.base import LossConfig, Minibatch, require
 from repro.objectives.metrics import common_metrics
 from repro.objectives.registry import register_algorithm
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 @dataclass
@@ -36,6 +37,8 @@ class GRPOFixConfig(LossConfig):
 def grpo_fix_loss(
     cfg: GRPOFixConfig, batch: Minibatch, norm: Normalisers | None = None
 ) -> tuple[Tensor, dict[str, float]]:
+    import torch
+
     ratio = torch.exp(batch.token_log_ratio().detach())
     coef = ratio.clamp(1 - cfg.eps, 1 + cfg.eps) * batch.advantages.to(ratio.dtype)[:, None]
     loss = aggregate(-coef * batch.unit(), batch.mask, cfg, norm)

@@ -10,14 +10,15 @@ the coefficient of a shared token depends on the rest of its sequence (s_i and 1
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from repro.objectives.aggregation import Normalisers, aggregate
 from repro.objectives.base import LossConfig, Minibatch, require
 from repro.objectives.metrics import common_metrics
 from repro.objectives.registry import register_algorithm
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 
 @dataclass
@@ -42,6 +43,8 @@ class GSPOConfig(LossConfig):
 def gspo_loss(
     cfg: GSPOConfig, batch: Minibatch, norm: Normalisers | None = None
 ) -> tuple[Tensor, dict[str, float]]:
+    import torch
+
     log_s = batch.seq_log_ratio().detach()
     logp = batch.logp_compute()
     s_tok = torch.exp(log_s[:, None] + logp - logp.detach())  # value s_i, grad s_i * grad logp

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from repro.objectives.base import Minibatch
 
+if TYPE_CHECKING:
+    from torch import Tensor
 
-@torch.no_grad()
+
 def common_metrics(batch: Minibatch, weights: Tensor, clipped: Tensor, *,
                    w_shift: float = math.nan) -> dict[str, float]:
     """weights: the effective per-row (or per-token) importance weights the loss used.
@@ -21,24 +21,26 @@ def common_metrics(batch: Minibatch, weights: Tensor, clipped: Tensor, *,
     reported under both readings whatever the objective uses, so a run shows how far apart
     the readings are in its own regime.
     """
-    mask = batch.mask
-    n_tok = mask.sum().clamp_min(1)
-    w = weights[mask] if weights.dim() == 2 else weights
-    ppo_kl = (torch.where(mask, -batch.token_log_ratio(), 0.0)).sum() / n_tok
-    return {
-        "s_spread": seq_ratio_spread(batch),
-        "s_spread_product": seq_ratio_spread(batch, "product"),
-        "w_shift": w_shift,
-        "clip_frac": float((clipped & mask).sum() / n_tok),
-        "ppo_kl": float(ppo_kl),
-        "w_min": float(w.min()) if w.numel() else 1.0,
-        "w_max": float(w.max()) if w.numel() else 1.0,
-        "w_mean": float(w.mean()) if w.numel() else 1.0,
-        "neg_weight_frac": float((w < 0).double().mean()) if w.numel() else 0.0,
-    }
+    import torch
+
+    with torch.no_grad():  # not a decorator: see the package docstring
+        mask = batch.mask
+        n_tok = mask.sum().clamp_min(1)
+        w = weights[mask] if weights.dim() == 2 else weights
+        ppo_kl = (torch.where(mask, -batch.token_log_ratio(), 0.0)).sum() / n_tok
+        return {
+            "s_spread": seq_ratio_spread(batch),
+            "s_spread_product": seq_ratio_spread(batch, "product"),
+            "w_shift": w_shift,
+            "clip_frac": float((clipped & mask).sum() / n_tok),
+            "ppo_kl": float(ppo_kl),
+            "w_min": float(w.min()) if w.numel() else 1.0,
+            "w_max": float(w.max()) if w.numel() else 1.0,
+            "w_mean": float(w.mean()) if w.numel() else 1.0,
+            "neg_weight_frac": float((w < 0).double().mean()) if w.numel() else 0.0,
+        }
 
 
-@torch.no_grad()
 def seq_ratio_spread(batch: Minibatch, reading: str = "mean") -> float:
     """Mean over groups of (max - min) / mean of the sequence ratios s_i within the group.
 
@@ -51,10 +53,13 @@ def seq_ratio_spread(batch: Minibatch, reading: str = "mean") -> float:
     It needs whole groups: over a minibatch that cuts groups it is the spread among the members
     present, a group with one row here is left out (it has no spread to measure), and NaN when
     no group has two rows here."""
-    s = torch.exp(batch.seq_log_ratio(reading).detach().double())
-    groups = batch.present_groups
-    spread = (groups.max(s) - groups.min(s)) / groups.mean(s)
-    pairs = groups.sizes >= 2
-    if not bool(pairs.all()):
-        spread = spread[pairs]
-    return float(spread.mean()) if spread.numel() else math.nan
+    import torch
+
+    with torch.no_grad():  # not a decorator: see the package docstring
+        s = torch.exp(batch.seq_log_ratio(reading).detach().double())
+        groups = batch.present_groups
+        spread = (groups.max(s) - groups.min(s)) / groups.mean(s)
+        pairs = groups.sizes >= 2
+        if not bool(pairs.all()):
+            spread = spread[pairs]
+        return float(spread.mean()) if spread.numel() else math.nan

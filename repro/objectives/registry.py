@@ -16,16 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from repro.config_fields import check_fields
 from repro.objectives.aggregation import Normalisers
 from repro.objectives.base import LossConfig, Minibatch
 
-LossFn = Callable[[Any, Minibatch, Normalisers | None], tuple[Tensor, dict[str, float]]]
-GroupWeightsFn = Callable[[Any, Minibatch], Tensor]  # (cfg, whole groups) -> [B] weights
+if TYPE_CHECKING:
+    from torch import Tensor
+
+LossFn = Callable[[Any, Minibatch, Normalisers | None], tuple["Tensor", dict[str, float]]]
+GroupWeightsFn = Callable[[Any, Minibatch], "Tensor"]  # (cfg, whole groups) -> [B] weights
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,14 @@ the tests and the benches.
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from repro.objectives.groups import Groups
 
-Transform = Callable[[Tensor, Tensor, Groups], Tensor]  # (w, A, groups) -> w~
+if TYPE_CHECKING:
+    from torch import Tensor
+
+Transform = Callable[["Tensor", "Tensor", Groups], "Tensor"]  # (w, A, groups) -> w~
 
 ADV_NORM_TOL = 1e-12  # ||A_g|| below this: the group carries no signal, leave w unchanged
 BISECTION_STEPS = 64  # float64 bisection: the bracket shrinks by 2^-64, far below 1e-12
@@ -74,6 +75,8 @@ def _projection_coefficient(
 ) -> tuple[Tensor, Tensor]:
     """lam_g = sum_{active} A w / sum_{active} A^2 per group (0 where that is 0), and the
     denominator. active=None means every row (one pass fewer on the common path)."""
+    import torch
+
     aw, aa = a * w, a * a
     if active is not None:
         aw = torch.where(active, aw, torch.zeros_like(aw))
@@ -94,6 +97,8 @@ def orth_proj(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
     then recompute lam exactly from the active set {v_i > 0}; that closed form is also what
     carries the gradient when the transform is used without stop-gradient.
     """
+    import torch
+
     w64, a = w.to(torch.float64), adv.to(torch.float64)
     lam, a2 = _projection_coefficient(w64, a, groups)
     signal = groups.broadcast(a2.sqrt() >= ADV_NORM_TOL)
@@ -108,6 +113,8 @@ def orth_proj(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
 @register_transform("orth_proj_plain", cancels=True)
 def orth_proj_plain(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
     """Eq. 18 without constraints: w - (A^T w / ||A||^2) A. May produce negative weights."""
+    import torch
+
     w64, a = w.to(torch.float64), adv.to(torch.float64)
     lam, a2 = _projection_coefficient(w64, a, groups)
     signal = groups.broadcast(a2.sqrt() >= ADV_NORM_TOL)  # ||A|| ~ 0: leave w unchanged
@@ -127,6 +134,8 @@ def global_scale(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
 
 def _active_set(w: Tensor, a: Tensor, groups: Groups) -> Tensor:
     """Rows with w_i - lam* A_i > 0 at the root lam* of f, found by vectorised bisection."""
+    import torch
+
     if bool((w < 0).any()):
         raise ValueError("orth_proj needs non-negative weights (sequence ratios are > 0)")
     ratio = w / torch.where(a == 0, torch.ones_like(a), a)

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from repro.atomic import atomic_dir
 from repro.results.manifest import sha256_of
@@ -63,6 +62,8 @@ def save_checkpoint(
     """A sharded model (FSDP2) passes its full `model_state`, gathered on every process, and
     `optimizer_dir`, where every process saved its optimizer shards (torch.distributed.
     checkpoint); one process then writes the checkpoint, moving that folder into it."""
+    import torch
+
     final = run_dir / "checkpoints" / f"step_{step:06d}"
 
     def write(tmp: Path) -> None:
@@ -153,6 +154,8 @@ def load_trainer_state(path: Path, optimizer,
                        restore_optimizer: Callable[[Path], None] | None = None) -> RunState:
     """Restore optimizer and RNG states; return the run's RunState. A sharded optimizer is
     restored by `restore_optimizer(path / OPTIMIZER_DIR)` (each process reads its shards)."""
+    import torch
+
     blob = torch.load(path / STATE_FILE, weights_only=False)
     if restore_optimizer is None:
         optimizer.load_state_dict(blob["optimizer"])
