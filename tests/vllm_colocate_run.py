@@ -98,6 +98,15 @@ def stock_sync_error(generation) -> str:
     return ""
 
 
+def packed_linear_layers(llm) -> int:
+    """Layers whose weight vLLM's CPU backend emptied after repacking it for its oneDNN or SGL
+    kernels: none where it keeps torch's linear (as on an AVX2-only CPU, measured 2026-12-02)."""
+    from repro.engines.vllm_sync import model_runner
+
+    net = model_runner(llm).get_model()
+    return sum(hasattr(m, "cpu_linear") and m.weight.numel() == 0 for m in net.modules())
+
+
 def after_training(trainer) -> dict:
     """Sync the trained policy without, then with, the tied-head refresh; score fixed text."""
     from repro.engines import vllm_sync
@@ -110,6 +119,7 @@ def after_training(trainer) -> dict:
     everywhere = torch.ones_like(want, dtype=torch.bool)
     result = {"bf16_noise": gap(prompt_logprobs(bf16_twin(model), seqs), want, everywhere),
               "before_sync": gap(prompt_logprobs(generation.llm, seqs), want, everywhere),
+              "packed_layers": packed_linear_layers(generation.llm),
               "stock_trl_sync": stock_sync_error(generation)}
     refresh = vllm_sync.refresh_packed_head
     vllm_sync.refresh_packed_head = lambda _model: None

@@ -10,6 +10,8 @@ checkpoint layout, loads, and re-runs the layer's post-load processing. Two thin
   does not refresh (the checkpoint has no `lm_head.weight`), so the head is re-processed here
   (without it, tests/test_vllm_colocate.py measures log-probs off by ~0.6 after 3 steps);
 - the prefix cache still holds KV blocks of the old weights (reset, as TRL does).
+Where the backend keeps torch's linear instead (measured on an AVX2-only AMD EPYC, 2026-12-02:
+no layer repacked), TRL's own sync works too; this one is correct on both kinds of CPU.
 
 Used on vLLM's CPU platform only (`install_cpu_sync`): GPU runs keep TRL's own sync.
 """
