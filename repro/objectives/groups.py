@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 
-
 @dataclass(frozen=True)
 class Groups:
     """Compact group structure of a batch of B rows."""

@@ -11,7 +11,6 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 
-
 def k3_kl_penalty(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tensor:
     """Token-mean of exp(ref - logp) - (ref - logp) - 1 (>= 0, unbiased for KL(pi || ref))."""
     import torch
