@@ -1,11 +1,15 @@
 """`repro compare` (CI's cross-ISA check, issue 22): two aggregates agree within the tolerances,
-and a difference beyond one, or a run only one of them holds, fails with its line."""
+and a difference beyond one, or a run only one of them holds, fails with its line; `--exact`
+(a rerun on the same kernels) holds every value but the wall-clock seconds."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from test_reporting import write_eval, write_train
 from typer.testing import CliRunner
 
@@ -14,10 +18,13 @@ from repro.reporting.compare import TOLERANCE
 from repro.results import manifest as mf
 
 
-def aggregate(root: Path, rewards: list[float], seeds: tuple[int, ...] = (0,)) -> Path:
+def aggregate(root: Path, rewards: list[float], seeds: tuple[int, ...] = (0,),
+              edit: Callable[[Path], None] | None = None) -> Path:
     files = []
     for seed in seeds:
         log = write_train(root, "gspo", seed, rewards)
+        if edit:
+            edit(log)
         problems = write_eval(root, "gspo", seed, "synth-aime", np.eye(3, 4, dtype=bool))
         mf.write_manifest(log.parent, [log.name])
         mf.write_manifest(problems.parent, ["samples.parquet", "problems.parquet"])
@@ -52,3 +59,27 @@ def test_a_run_only_one_aggregate_holds_fails(tmp_path):
     b = aggregate(tmp_path / "b", [0.1, 0.2])
     result = CliRunner().invoke(app, ["compare", str(a), str(b)])
     assert result.exit_code == 1 and "in only one of the two aggregates" in result.output
+
+
+def set_column(column: str, value: float) -> Callable[[Path], None]:
+    """An edit of a train log, before its manifest: `column` = `value` on every step."""
+    def edit(log: Path) -> None:
+        table = pq.read_table(log)
+        i = table.schema.get_field_index(column)
+        field = table.schema.field(i)
+        pq.write_table(table.set_column(i, field, pa.array([value] * table.num_rows,
+                                                           field.type)), log)
+    return edit
+
+
+def test_exact_holds_every_value_but_the_wall_clock_seconds(tmp_path):
+    rewards = [0.1, 0.2, 0.3]
+    a = aggregate(tmp_path / "a", rewards)
+    slower = aggregate(tmp_path / "b", rewards, edit=set_column("time_update", 9.0))
+    moved = aggregate(tmp_path / "c", rewards, edit=set_column("grad_norm", 0.25))
+    rerun = CliRunner().invoke(app, ["compare", str(a), str(slower), "--exact"])
+    assert rerun.exit_code == 0 and "exact: 0 column(s) differ" in rerun.output, rerun.output
+    assert CliRunner().invoke(app, ["compare", str(a), str(moved)]).exit_code == 0  # no summary
+    exact = CliRunner().invoke(app, ["compare", str(a), str(moved), "--exact"])
+    assert exact.exit_code == 1, exact.output
+    assert "train_curves.parquet: grad_norm differs in 3 of 3 rows" in exact.output, exact.output

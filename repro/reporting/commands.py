@@ -104,15 +104,25 @@ def compare_cmd(
     tol: Annotated[list[str] | None, typer.Option(
         help="METRIC=VALUE: another tolerance (metrics and defaults: repro.reporting.compare)."
     )] = None,
+    exact: Annotated[bool, typer.Option(
+        "--exact", help="Also require every value of every aggregate table to be equal, but the "
+        "wall-clock seconds: a rerun with the same packages and CPU kernels.")] = False,
 ) -> None:
     """Summary metrics of two aggregates (e.g. one run under ATEN_CPU_CAPABILITY=avx2): prints
     each metric's largest difference; exit 1 if any is outside its tolerance."""
-    from repro.reporting.compare import TOLERANCE, compare, cpu_capabilities, summary
+    from repro.reporting.compare import (
+        TOLERANCE,
+        compare,
+        cpu_capabilities,
+        exact_differences,
+        summary,
+    )
 
     try:
         tolerance = TOLERANCE | _tolerances(tol or [], TOLERANCE)
         kernels = [cpu_capabilities(folder) for folder in (first, second)]
         largest, problems = compare(summary(first), summary(second), tolerance)
+        differ = exact_differences(first, second) if exact else []
     except ValueError as err:
         raise _fail("compare", err) from None
     typer.echo(f"CPU kernels: {first}: {', '.join(kernels[0])}; {second}: {', '.join(kernels[1])}")
@@ -120,6 +130,9 @@ def compare_cmd(
         typer.echo(f"{metric}: largest |diff| {diff:.3g} (tolerance {tolerance[metric]:g})")
     if kernels[0] == kernels[1]:
         typer.echo("note: both ran on the same CPU kernels, so this compares reruns only")
+    if exact:
+        typer.echo(f"exact: {len(differ)} column(s) differ, the wall-clock seconds aside")
+        problems += differ
     if problems:
         typer.echo("\n".join(f"repro compare: {line}" for line in problems), err=True)
         raise typer.Exit(1)

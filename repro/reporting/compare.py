@@ -28,9 +28,16 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from repro.reporting.aggregate import PROBLEMS_OUT, RUNS_OUT
-from repro.results import AGG_EVAL_PROBLEMS, AGG_RUNS, read_table
+from repro.reporting.aggregate import CURVES_OUT, PROBLEMS_OUT, RUNS_OUT, SAMPLES_OUT
+from repro.results import (
+    AGG_EVAL_PROBLEMS,
+    AGG_EVAL_SAMPLES,
+    AGG_RUNS,
+    AGG_TRAIN_CURVES,
+    read_table,
+)
 from repro.results.manifest import check_inputs
+from repro.results.schemas import TRAIN_LOG_TIMING
 
 RUN_KEYS = ("run_model", "run_algo", "run_group_size", "run_seed")
 EVAL_KEYS = (*RUN_KEYS, "frac", "benchmark")
@@ -38,6 +45,11 @@ RUN_METRICS = ("reward_final", "entropy_final", "gen_tokens_cum")
 Summary = dict[str, dict[tuple, float]]  # metric -> key -> value
 # Largest |difference| accepted per metric (the module docstring says why these values).
 TOLERANCE = {"reward_final": 0.0, "entropy_final": 1e-4, "gen_tokens_cum": 0.0, "eval_avg": 0.0}
+# `--exact`: every aggregate table, every column but the wall-clock seconds (runs' time_total is
+# the sum of the curves' timings), which differ between any two runs.
+TABLES = {CURVES_OUT: AGG_TRAIN_CURVES, RUNS_OUT: AGG_RUNS, PROBLEMS_OUT: AGG_EVAL_PROBLEMS,
+          SAMPLES_OUT: AGG_EVAL_SAMPLES}
+WALL_CLOCK = (*TRAIN_LOG_TIMING, "time_total")
 
 
 def summary(folder: Path) -> Summary:
@@ -78,3 +90,29 @@ def compare(a: Summary, b: Summary, tolerance: Mapping[str, float]) -> tuple[dic
                      if not d <= tolerance[metric]]  # NaN on one side fails too
     return largest, problems
 
+
+
+def exact_differences(first: Path, second: Path) -> list[str]:
+    """One line per column of an aggregate table whose values differ (NaN equals NaN), row for
+    row: the aggregate writes its rows in key order, so a rerun with the same packages and CPU
+    kernels must give none (docs/results.md, "What reproduces exactly")."""
+    lines = []
+    for name, schema in TABLES.items():
+        paths = [first / name, second / name]
+        check_inputs(paths)
+        a, b = (read_table(path, schema) for path in paths)
+        if a.num_rows != b.num_rows:
+            lines.append(f"{name}: {a.num_rows} rows vs {b.num_rows}")
+            continue
+        for column in a.column_names:
+            if column in WALL_CLOCK:
+                continue
+            rows = sum(not _same(x, y) for x, y in zip(a[column].to_pylist(),
+                                                       b[column].to_pylist(), strict=True))
+            if rows:
+                lines.append(f"{name}: {column} differs in {rows} of {a.num_rows} rows")
+    return lines
+
+
+def _same(x: object, y: object) -> bool:
+    return x == y or (isinstance(x, float) and isinstance(y, float) and x != x and y != y)
