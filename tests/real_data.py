@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from fixtures_hub import LCB_ID, LCB_SHARDS, write_aime, write_hmmt
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real"

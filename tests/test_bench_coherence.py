@@ -7,11 +7,11 @@ import math
 
 import pytest
 import torch
+from train_helpers import hashed_rewards
 
 from repro.bench.coherence import CoherenceConfig, batch_gradients, coherence
 from repro.models import TinyModelConfig, build_tiny
 from repro.training import rollout
-from train_helpers import hashed_rewards
 
 
 def test_coherence_of_known_gradients():

@@ -10,12 +10,27 @@ from pathlib import Path
 import huggingface_hub.constants
 import pytest
 import yaml
-from fixtures_hub import (AIME_ID, AIME_ROWS, lcb_compress, write_aime, write_hmmt,
-                          write_hub_cache, write_lcb)
+from fixtures_hub import (
+    AIME_ID,
+    AIME_ROWS,
+    lcb_compress,
+    write_aime,
+    write_hmmt,
+    write_hub_cache,
+    write_lcb,
+)
 
-from repro.benchmarks import (BenchmarkSpecError, DatasetUnavailable, ShardIntegrityError,
-                              benchmark_names, build_messages, get_benchmark, load_problems,
-                              load_spec, row_to_problem)
+from repro.benchmarks import (
+    BenchmarkSpecError,
+    DatasetUnavailable,
+    ShardIntegrityError,
+    benchmark_names,
+    build_messages,
+    get_benchmark,
+    load_problems,
+    load_spec,
+    row_to_problem,
+)
 from repro.benchmarks.lcb import decode_tests, shards_for_release
 from repro.benchmarks.registry import SPEC_DIR
 
@@ -335,7 +350,7 @@ def test_lmeval_task_loads_docs_from_our_loader(tmp_path):
 
 
 def test_lmeval_process_results_is_avg_over_the_k_kept_samples(tmp_path):
-    from repro.lmeval.utils import process_results, problem_to_doc
+    from repro.lmeval.utils import problem_to_doc, process_results
 
     write_hmmt(tmp_path)
     spec = get_benchmark("hmmt25")

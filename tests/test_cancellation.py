@@ -8,8 +8,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
 from lm_groups import make_batch, run_updates, tiny_lm
+
 from repro.diagnostics import find_shared_nodes
 from repro.objectives import make_config
 

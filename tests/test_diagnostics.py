@@ -6,8 +6,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from lm_groups import make_batch, run_updates, tiny_lm
+
 from repro.diagnostics import (
     asym,
     cancellation_metrics,

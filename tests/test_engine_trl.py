@@ -13,6 +13,8 @@ import torch
 
 trl = pytest.importorskip("trl")
 
+from train_helpers import hashed_rewards, sharpened_tiny_policy  # noqa: E402
+
 from repro.engines.registry import train  # noqa: E402
 from repro.engines.trl_args import build_grpo_config, check_grpo_args  # noqa: E402
 from repro.engines.trl_trainer import ReproGRPOTrainer, whole_groups  # noqa: E402
@@ -30,7 +32,6 @@ from repro.training.config import TrainConfig  # noqa: E402
 from repro.training.export import export_run  # noqa: E402
 from repro.training.logprobs import response_logprobs  # noqa: E402
 from repro.training.trl_options import OWNED, REFUSED  # noqa: E402
-from train_helpers import hashed_rewards, sharpened_tiny_policy  # noqa: E402
 
 P, G, K = 4, 4, 2
 # every registered algorithm with its defaults (DFPO: min_replace), and DFPO's projection

@@ -12,12 +12,13 @@ import torch
 
 pytest.importorskip("trl")
 
-from repro.diagnostics import cancellation_metrics, token_coefficients  # noqa: E402
-from repro.engines.core import sequence_weights  # noqa: E402
-from repro.engines.trl import merge_micro_steps  # noqa: E402
-from repro.engines.trl_trainer import whole_groups  # noqa: E402
-from repro.objectives import Minibatch, policy_loss  # noqa: E402
-from test_engine_trl import G, make_trainer, prompt_groups, trl_logprobs  # noqa: E402
+from test_engine_trl import G, make_trainer, prompt_groups, trl_logprobs
+
+from repro.diagnostics import cancellation_metrics, token_coefficients
+from repro.engines.core import sequence_weights
+from repro.engines.trl import merge_micro_steps
+from repro.engines.trl_trainer import whole_groups
+from repro.objectives import Minibatch, policy_loss
 
 ACCUM = 4  # minibatch of 2 groups x 4 rows -> 2-row micro-steps: every group is split
 DIAGNOSTICS = ("asym", "residual_full", "freq_energy")
@@ -156,11 +157,12 @@ def test_two_processes_report_the_whole_update(tmp_path):
 def test_run_log_under_accumulation_equals_accumulation_1(tmp_path, monkeypatch):
     """`repro train engine=trl` end to end (TRL's loop, the run log's merge of micro-steps):
     with 4 micro-steps per update the logged diagnostics and losses equal the A = 1 run's."""
+    from train_helpers import hashed_rewards, sharpened_tiny_policy
+
     from repro.engines.registry import train
     from repro.results import TRAIN_LOG, read_table
     from repro.training import rollout
     from repro.training.config import TrainConfig
-    from train_helpers import hashed_rewards, sharpened_tiny_policy
 
     monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
     policy = sharpened_tiny_policy(tmp_path / "policy")

@@ -9,10 +9,10 @@ import torch
 
 pytest.importorskip("trl")
 
-from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM  # noqa: E402
+from test_engine_trl import grads, make_trainer, reference_loss, trl_logprobs
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-from repro.models import build_tokenizer  # noqa: E402
-from test_engine_trl import grads, make_trainer, reference_loss, trl_logprobs  # noqa: E402
+from repro.models import build_tokenizer
 
 COEF = 0.05  # larger than the 80B's 0.001 so the term stands well above float noise
 

@@ -4,8 +4,8 @@ the right verdicts (code in the bubblewrap sandbox, math through the math-verify
 from __future__ import annotations
 
 import pytest
-
 from fixtures_hub import HMMT_ROWS, write_aime, write_hmmt, write_lcb
+
 from repro.benchmarks import get_benchmark, load_problems
 from repro.graders.code import CodeGrader
 from repro.graders.math import MathGrader

@@ -14,8 +14,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from lm_groups import make_batch, response_logp, tiny_lm
+from test_gradients import closed_form_dl_dlogp
+
 from repro.objectives import (
     Groups,
     Minibatch,
@@ -24,7 +25,6 @@ from repro.objectives import (
     make_config,
     policy_loss,
 )
-from test_gradients import closed_form_dl_dlogp
 
 LM = tiny_lm().double()
 PARAMS = {name: p.detach() for name, p in LM.named_parameters()}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from fixtures_hub import write_aime
 
 import repro.lmeval
-from fixtures_hub import write_aime
 from repro.models import TinyModelConfig, build_tiny
 
 lm_eval = pytest.importorskip("lm_eval")

@@ -9,9 +9,9 @@ import pickle
 import zlib
 
 import pytest
+from real_data import real_rows, write_real_lcb_mirror, write_real_mirror
 from typer.testing import CliRunner
 
-from real_data import real_rows, write_real_lcb_mirror, write_real_mirror
 from repro.benchmarks import get_benchmark, load_problems
 from repro.benchmarks.lcb import decode_tests
 from repro.benchmarks.pins import read_lock

@@ -21,7 +21,11 @@ from pathlib import Path
 import pytest
 
 from repro.tasks import (
-    SYNTHETIC, synthetic_demonstrations, synthetic_probes, synthetic_rows, synthetic_size,
+    SYNTHETIC,
+    synthetic_demonstrations,
+    synthetic_probes,
+    synthetic_rows,
+    synthetic_size,
 )
 from repro.tasks.prompts import LCB_SYSTEM_MESSAGE, code_messages, math_user_message
 

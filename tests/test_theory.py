@@ -16,8 +16,15 @@ import repro
 from repro.objectives import Minibatch, group_advantages, make_config, policy_loss
 from repro.results import THEORY
 from repro.theory.experiment import ARMS, TheoryConfig, run_theory, train_on_batch
-from repro.theory.policy import EOS, FORM_A, FORM_B, TEMPLATE, TEMPLATE_CONTEXTS, Rollout
-from repro.theory.policy import TabularPolicy
+from repro.theory.policy import (
+    EOS,
+    FORM_A,
+    FORM_B,
+    TEMPLATE,
+    TEMPLATE_CONTEXTS,
+    Rollout,
+    TabularPolicy,
+)
 from repro.theory.probes import kl_sum, probe
 
 SMALL = TheoryConfig(steps=3, n_seeds=2)

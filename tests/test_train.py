@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from train_helpers import comparable, hashed_rewards, sharpened_tiny_policy
 
 from repro.engines.registry import train
 from repro.models import load
@@ -23,7 +24,6 @@ from repro.results import TRAIN_LOG, read_table
 from repro.results.schemas import TRAIN_LOG_PREAMBLE
 from repro.training import rollout
 from repro.training.config import TrainConfig, load_train_config
-from train_helpers import comparable, hashed_rewards, sharpened_tiny_policy
 
 HERE = Path(__file__).parent
 
@@ -242,8 +242,8 @@ def test_real_prompt_sets_load_through_the_evaluation_loader(tmp_path):
     from an offline mirror, exactly as `repro eval` loads benchmarks."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-
     from fixtures_hub import write_lcb
+
     from repro.training.rollout import PromptStream
 
     root = tmp_path / "open-r1" / "OpenR1-Math-220k" / "data"

@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("trl")
 
-from repro.engines import trl_args  # noqa: E402
-from repro.engines.trl_args import build_grpo_config, sleep_mode_available  # noqa: E402
-from repro.training.config import TrainConfig  # noqa: E402
+from repro.engines import trl_args
+from repro.engines.trl_args import build_grpo_config, sleep_mode_available
+from repro.training.config import TrainConfig
 
 
 def grpo_args(tmp_path, **trl):

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}"
 

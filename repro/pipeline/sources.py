@@ -95,8 +95,8 @@ def references(nodes: list[ast.AST], package: str) -> tuple[set[str], set[str]]:
 def _imports_its_folder(tree: ast.Module) -> bool:
     """A package `__init__` that walks `pkgutil.iter_modules(__path__)` imports every module
     beside it by name (how repro.objectives registers a dropped-in algorithm file)."""
-    return any(isinstance(node, ast.Attribute) and node.attr == "iter_modules"
-               or isinstance(node, ast.Name) and node.id == "iter_modules"
+    return any((isinstance(node, ast.Attribute) and node.attr == "iter_modules")
+               or (isinstance(node, ast.Name) and node.id == "iter_modules")
                for node in ast.walk(tree))
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections import Counter
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any

@@ -12,12 +12,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402  (backend first)
-import numpy as np  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import pyarrow.compute as pc  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from repro.atomic import atomic_file  # noqa: E402
+from repro.atomic import atomic_file
 
 STYLES = ["-", "--", "-.", ":"]  # overlapping curves (grpo == grpo_fix when nothing clips)
 PANELS = (
