@@ -49,7 +49,9 @@ def _set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
-bench_app = typer.Typer(no_args_is_help=True, help="Speed and memory benchmarks (ratios, side by side).")
+bench_app = typer.Typer(
+    no_args_is_help=True, help="Speed and memory benchmarks (ratios, side by side)."
+)
 app.add_typer(bench_app, name="bench")
 data_app = typer.Typer(no_args_is_help=True, help="Benchmark files: download once, pin by sha256.")
 app.add_typer(data_app, name="data")
@@ -59,11 +61,14 @@ app.add_typer(data_app, name="data")
 @config_options(TheoryConfig)
 def theory(
     settings: dict[str, Any],
-    out: Annotated[Path, typer.Option(help="Output folder for theory.parquet and the figure.")] = Path(
-        "results/theory"
-    ),
+    out: Annotated[
+        Path, typer.Option(help="Output folder for theory.parquet and the figure.")
+    ] = Path("results/theory"),
 ) -> None:
-    """Exact tabular experiment: learning tax (KL at the template) and drift between equal answers."""
+    (
+        "Exact tabular experiment: learning tax (KL at the template) and drift between equal "
+        "answers."
+    )
     from repro.theory.experiment import run_theory
 
     run_theory(_build("repro theory", TheoryConfig, settings), out)
@@ -72,7 +77,9 @@ def theory(
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def sft(
     ctx: typer.Context,
-    out: Annotated[Path, typer.Option(help="Model folder to write (save_pretrained + sft_metrics.json).")],
+    out: Annotated[
+        Path, typer.Option(help="Model folder to write (save_pretrained + sft_metrics.json).")
+    ],
     threads: Annotated[int | None, typer.Option(help=THREADS_HELP)] = None,
 ) -> None:
     """SFT warm start on the synthetic demonstrations. Extra arguments are KEY=VALUE overrides of
@@ -110,15 +117,20 @@ def train(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="Run folder: train_log.parquet, final/, checkpoints/.")],
     config: Annotated[Path | None, typer.Option(help="YAML file of TrainConfig fields.")] = None,
-    label: Annotated[str | None, typer.Option(help="Run label in the log (default: algorithm).")] = None,
-    resume: Annotated[bool, typer.Option(help="Continue from the newest checkpoint in --out.")] = False,
+    label: Annotated[
+        str | None, typer.Option(help="Run label in the log (default: algorithm).")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option(help="Continue from the newest checkpoint in --out.")
+    ] = False,
     threads: Annotated[int | None, typer.Option(help=THREADS_HELP)] = None,
     fingerprint: Annotated[str, typer.Option(
         help="Stored with each checkpoint (the pipeline passes its source digest); --resume "
              "continues only a checkpoint with the same fingerprint and config.")] = "",
     export: Annotated[Path | None, typer.Option(
         help="When done, copy train_log.parquet, policy/frac=F/ per budget fraction and "
-             "manifest.json here (the pipeline's outputs; --out keeps the resumable state).")] = None,
+             "manifest.json here (the pipeline's outputs; --out keeps the resumable "
+             "state).")] = None,
 ) -> None:
     """RL-train a policy. Extra arguments are KEY=VALUE overrides of the config, e.g.
     `algorithm=dfpo objective.transform=orth_proj steps=40` (fields: see TrainConfig)."""
@@ -342,7 +354,8 @@ def bench_coherence(
 
 
 def _register_reporting() -> None:
-    """`repro aggregate`, `repro tables`, `repro figures`, `repro paper-reference` (repro/reporting)."""
+    """`repro aggregate`, `repro tables`, `repro figures`, `repro paper-reference`
+    (repro/reporting)."""
     from repro.reporting.commands import register
 
     register(app)

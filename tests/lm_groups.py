@@ -104,7 +104,8 @@ def run_updates(
         old = response_logp(model, batch)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(k):
-        loss, _ = policy_loss(cfg, Minibatch(response_logp(model, batch), old, batch.mask, adv, batch.group))
+        loss, _ = policy_loss(cfg, Minibatch(response_logp(model, batch), old, batch.mask, adv,
+                                             batch.group))
         opt.zero_grad()
         loss.backward()
         opt.step()

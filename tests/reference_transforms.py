@@ -28,7 +28,8 @@ def brute_force_projection(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
     return best
 
 
-def reference_weights(transform: str, s: list[float], adv: list[float], group: list[int]) -> list[float]:
+def reference_weights(transform: str, s: list[float], adv: list[float],
+                      group: list[int]) -> list[float]:
     """w~ per row for min_replace (group minimum), global_scale (mean of group minima / mean of
     s, times s) and orth_proj (brute-force projection per group)."""
     ids = sorted(set(group))

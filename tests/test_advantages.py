@@ -16,7 +16,8 @@ def test_hand_computed_values():
     adv, info = group_advantages(reward, group)
     # group 7: mean 1/3, unbiased std sqrt(1/3)
     std = (1 / 3) ** 0.5
-    expected = torch.tensor([(2 / 3) / (std + 1e-6), (-1 / 3) / (std + 1e-6), (-1 / 3) / (std + 1e-6)])
+    expected = torch.tensor([(2 / 3) / (std + 1e-6), (-1 / 3) / (std + 1e-6),
+                             (-1 / 3) / (std + 1e-6)])
     torch.testing.assert_close(adv[:3], expected)
     assert torch.equal(adv[3:], torch.zeros(3))  # zero variance: exactly 0
     assert info["zero_adv_frac"] == 0.5
@@ -39,7 +40,8 @@ def test_exact_centring_on_interleaved_groups(sizes, data, scale):
     perm = torch.tensor(data.draw(st.permutations(range(len(group)))))
     group = group[perm]
     reward = torch.tensor(
-        data.draw(st.lists(st.floats(-5, 5, allow_nan=False), min_size=len(group), max_size=len(group)))
+        data.draw(st.lists(st.floats(-5, 5, allow_nan=False), min_size=len(group),
+                           max_size=len(group)))
     )
     adv, _ = group_advantages(reward, group, AdvantageConfig(scale=scale))
     for gid in group.unique():

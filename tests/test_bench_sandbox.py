@@ -41,7 +41,8 @@ def test_ratios_are_measured_under_bubblewrap(result: dict) -> None:
 @pytest.mark.parametrize(("ratio_of_max", "graded", "shown_verdict"),
                          [(0.9, True, "PASS"), (1.1, True, "FAIL"), (0.9, False, "FAIL")])
 def test_verdict_follows_ratio_and_grading(result: dict, capsys: pytest.CaptureFixture[str],
-                                           ratio_of_max: float, graded: bool, shown_verdict: str) -> None:
+                                           ratio_of_max: float, graded: bool,
+                                           shown_verdict: str) -> None:
     """The printed verdict is PASS only when every ratio is within the limit and all graded pass."""
     from repro.bench.sandbox import MAX_RATIO, print_sandbox_report, verdict
 

@@ -1,4 +1,5 @@
-"""Benchmarks as data: spec validation, loaders on hub-layout fixtures, LCB rules, prompts, lm-eval."""
+"""Benchmarks as data: spec validation, loaders on hub-layout fixtures, LCB rules, prompts,
+lm-eval."""
 
 from __future__ import annotations
 

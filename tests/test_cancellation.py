@@ -118,7 +118,8 @@ def test_dfpo_with_a_per_sequence_normaliser_does_not_cancel(case):
     nodes = find_shared_nodes(batch.responses, batch.mask, batch.group)
     a_over_len = out.advantages.double() / batch.mask.sum(-1).double()
     per_node_tok = a_over_len[nodes.rows]
-    structural = nodes.node_sum(per_node_tok).abs() / nodes.node_sum(per_node_tok.abs()).clamp_min(1e-30)
+    structural = (nodes.node_sum(per_node_tok).abs()
+                  / nodes.node_sum(per_node_tok.abs()).clamp_min(1e-30))
     c = out.coef[nodes.rows, nodes.cols].double()
     net = nodes.node_sum(c).abs()
     total = nodes.node_sum(c.abs())

@@ -267,7 +267,8 @@ def test_grade_many_runs_each_distinct_program_once(grader: CodeGrader, monkeypa
              (ADD_K, square), (SQUARES, square)]
     runs = []
     real_run = grader.run
-    monkeypatch.setattr(grader, "run", lambda code, tests: runs.append(code) or real_run(code, tests))
+    monkeypatch.setattr(grader, "run",
+                        lambda code, tests: runs.append(code) or real_run(code, tests))
     verdicts = [g.verdict for g in grader.grade_many(items)]
     assert verdicts == [PASS, PASS, WRONG_ANSWER, RUNTIME_ERROR, PASS]
     assert len(runs) == 3  # square and wrong on SQUARES, square on ADD_K

@@ -18,7 +18,9 @@ from repro.reporting.study import Study
 from repro.theory.experiment import TheoryConfig
 from repro.training.config import TrainConfig
 
-SCHEMA = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "schema.yaml").read_text())
+SCHEMA = yaml.safe_load(
+    (Path(__file__).resolve().parents[1] / "config" / "schema.yaml").read_text()
+)
 
 # schema key -> (dataclass, field) whose default it must equal
 SCHEMA_FIELDS: dict[str, tuple[type, str]] = {

@@ -37,8 +37,8 @@ def brute_force_nodes(tokens, mask, group):
     b=st.integers(2, 8), t=st.integers(1, 8), vocab=st.integers(2, 4), data=st.data()
 )
 def test_shared_nodes_match_brute_force(b, t, vocab, data):
-    tokens = torch.tensor(data.draw(st.lists(st.lists(st.integers(0, vocab - 1), min_size=t, max_size=t),
-                                             min_size=b, max_size=b)))
+    tokens = torch.tensor(data.draw(st.lists(
+        st.lists(st.integers(0, vocab - 1), min_size=t, max_size=t), min_size=b, max_size=b)))
     lengths = torch.tensor(data.draw(st.lists(st.integers(1, t), min_size=b, max_size=b)))
     mask = torch.arange(t)[None, :] < lengths[:, None]
     group = torch.tensor(data.draw(st.lists(st.sampled_from([3, 8]), min_size=b, max_size=b)))

@@ -102,7 +102,8 @@ def test_synth_lcb_reference_solutions_pass_in_the_sandbox(tmp_path):
 
     spec = get_benchmark("synth-lcb")
     problems, _ = load_problems(spec)
-    demos = {d["question_id"]: d for d in synthetic_demonstrations("synth-lcb", "eval", 30, spec.seed)}
+    demos = {d["question_id"]: d
+             for d in synthetic_demonstrations("synth-lcb", "eval", 30, spec.seed)}
     sandbox = Sandbox()
     sandbox.check()
     grader = CodeGrader(sandbox, workers=2)

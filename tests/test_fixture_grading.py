@@ -15,7 +15,8 @@ STDIN_OK = "n = int(input())\nprint(sum(map(int, input().split())))"
 STDIN_WRONG = "n = int(input())\nprint(sum(map(int, input().split())) + 1)"
 STDIN_CRASH = "n = int(input())\nprint(1 // 0)"
 FUNC_OK = "class Solution:\n    def pairSum(self, nums, k):\n        return sum(sorted(nums)[-k:])"
-FUNC_TUPLE = "class Solution:\n    def pairSum(self, nums, k):\n        return (sum(sorted(nums)[-k:]),)"
+FUNC_TUPLE = ("class Solution:\n    def pairSum(self, nums, k):\n"
+              "        return (sum(sorted(nums)[-k:]),)")
 
 
 def fenced(code: str) -> str:

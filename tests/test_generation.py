@@ -37,8 +37,10 @@ def test_hf_engine_shapes_determinism_and_finish_reasons(tiny):
     out = engine.generate(prompts_for(tok, 5), sampling)
     assert [len(c) for c in out] == [3] * 5
     again = engine.generate(prompts_for(tok, 5), sampling)
-    assert [[c.token_ids for c in row] for row in out] == [[c.token_ids for c in row] for row in again]
-    other = engine.generate(prompts_for(tok, 5), SamplingConfig(**{**sampling.as_record(), "seed": 6}))
+    assert ([[c.token_ids for c in row] for row in out]
+            == [[c.token_ids for c in row] for row in again])
+    other = engine.generate(prompts_for(tok, 5),
+                            SamplingConfig(**{**sampling.as_record(), "seed": 6}))
     assert [[c.token_ids for c in r] for r in other] != [[c.token_ids for c in r] for r in out]
     for row in out:
         for c in row:
@@ -115,7 +117,8 @@ def test_hf_engine_logprobs_equal_a_teacher_forced_forward(tiny, temperature):
             ids = torch.cat([p_ids, torch.tensor(c.token_ids)])[None]
             with torch.no_grad():
                 logits = model(ids).logits[0, len(p_ids) - 1 : -1]
-            ref = torch.log_softmax(logits.float() / temperature, -1).gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
+            ref = torch.log_softmax(logits.float() / temperature, -1).gather(
+                -1, torch.tensor(c.token_ids)[:, None])[:, 0]
             torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-4, rtol=1e-4)
 
 

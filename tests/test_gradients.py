@@ -118,7 +118,8 @@ def test_stop_gradient_switch(transform, setup):
     x, y, w0, mask, group, adv, old = setup
     w_sg = w0.clone().requires_grad_(True)
     w_live = w0.clone().requires_grad_(True)
-    (g_sg,) = torch.autograd.grad(loss_at(make_config("dfpo", transform=transform), w_sg, setup), w_sg)
+    (g_sg,) = torch.autograd.grad(loss_at(make_config("dfpo", transform=transform), w_sg, setup),
+                                  w_sg)
     cfg_live = make_config("dfpo", transform=transform, stop_gradient=False)
     (g_live,) = torch.autograd.grad(loss_at(cfg_live, w_live, setup), w_live)
     assert float((g_live - g_sg).abs().max()) > 1e-4  # without sg the gradient differs

@@ -94,7 +94,8 @@ def test_lm_gradient_equals_closed_form(name, overrides, groups, seed):
     auto, logp = autograd_directional(cfg, batch, old, adv, direction)
     coef = closed_form_dl_dlogp(name, cfg, logp, old, batch.mask, batch.group, adv)
     params = {n: p.clone().requires_grad_(True) for n, p in PARAMS.items()}
-    dlogp = torch.autograd.grad((coef * response_logp(LM, batch, params)).sum(), list(params.values()))
+    dlogp = torch.autograd.grad((coef * response_logp(LM, batch, params)).sum(),
+                                list(params.values()))
     closed_auto = sum(float((g * direction[n]).sum()) for n, g in zip(params, dlogp))
     assert auto == pytest.approx(closed_auto, rel=1e-9, abs=1e-12)
     # (b) d logp . v itself, autograd against finite differences: contract with random positive
@@ -114,7 +115,8 @@ def test_lm_stop_gradient_switch(transform):
     specs_ = [{"prefix": 2, "lengths": [1, 4, 2, 6], "rewards": [1.0, 0.0, 0.0, 1.0]},
               {"prefix": 1, "lengths": [3, 2, 5], "rewards": [0.0, 1.0, 1.0]}]
     batch, direction, old, adv = setup_for(11, specs_)
-    sg, _ = autograd_directional(make_config("dfpo", transform=transform), batch, old, adv, direction)
+    sg, _ = autograd_directional(make_config("dfpo", transform=transform), batch, old, adv,
+                                 direction)
     cfg_live = make_config("dfpo", transform=transform, stop_gradient=False)
     live, _ = autograd_directional(cfg_live, batch, old, adv, direction)
     m = batch.mask.double()

@@ -22,8 +22,8 @@ def test_simple_evaluate_hf_backend_on_tiny_model(tmp_path):
     build_tiny(TinyModelConfig(), model_dir)
     data_dir = tmp_path / "data"
     write_aime(data_dir)
-    manager = TaskManager(include_path=os.path.dirname(repro.lmeval.__file__), include_defaults=False,
-                          metadata={"data_dir": str(data_dir)})
+    manager = TaskManager(include_path=os.path.dirname(repro.lmeval.__file__),
+                          include_defaults=False, metadata={"data_dir": str(data_dir)})
     results = lm_eval.simple_evaluate(
         model="hf",
         model_args=f"pretrained={model_dir},dtype=float32",

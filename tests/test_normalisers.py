@@ -32,7 +32,8 @@ def minibatch_parts():
 
 
 @pytest.mark.parametrize("mode", AGG_MODES)
-@pytest.mark.parametrize(("name", "overrides"), [("grpo", {}), ("dfpo", {"transform": "orth_proj"})])
+@pytest.mark.parametrize(("name", "overrides"),
+                         [("grpo", {}), ("dfpo", {"transform": "orth_proj"})])
 def test_micro_batches_with_global_counts_equal_the_minibatch(name, overrides, mode):
     cfg = make_config(name, loss_agg_mode=mode, loss_norm_length=T, **overrides)
     logp, old, mask, adv, group = minibatch_parts()

@@ -84,9 +84,10 @@ def test_training_imports_config_fields_which_the_old_hand_list_missed():
 
 def test_a_package_that_imports_its_folder_brings_every_module_of_it(package):
     """repro.objectives registers a dropped-in algorithm file by walking its own folder."""
-    write(package, {"repro/plug/__init__.py": ("import importlib, pkgutil\n"
-                                               "for m in pkgutil.iter_modules(__path__):\n"
-                                               "    importlib.import_module(f'{__name__}.{m.name}')\n"),
+    write(package, {"repro/plug/__init__.py": (
+                        "import importlib, pkgutil\n"
+                        "for m in pkgutil.iter_modules(__path__):\n"
+                        "    importlib.import_module(f'{__name__}.{m.name}')\n"),
                     "repro/plug/algo.py": "A = 1\n",
                     "repro/uses_plug.py": "import repro.plug\n"})
     files = names(package, closure(package, ("repro.uses_plug",)))

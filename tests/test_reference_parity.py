@@ -65,7 +65,8 @@ def compare(ours_cfg, reference, lo, hi, seed):
 
 
 def test_grpo_matches_verl_vanilla():
-    total = sum(compare(make_config("grpo"), verl_vanilla_token_mean, 0.2, 0.27, s) for s in range(5))
+    total = sum(compare(make_config("grpo"), verl_vanilla_token_mean, 0.2, 0.27, s)
+                for s in range(5))
     assert total > 0
 
 

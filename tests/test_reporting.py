@@ -125,8 +125,8 @@ def test_aggregate_keys_rows_and_settings(world):
     assert problems.num_rows == n_evals * PROBLEMS and samples.num_rows == n_evals * PROBLEMS * K
     assert len(runs) == 4 * len(SEEDS)
     init = [r for r in problems.to_pylist() if r["run_algo"] == "init"]
-    assert len(init) == 2 * PROBLEMS * len(SEEDS) and all(r["run_group_size"] is None and r["frac"] == 0.0
-                                             for r in init)
+    assert len(init) == 2 * PROBLEMS * len(SEEDS) and all(
+        r["run_group_size"] is None and r["frac"] == 0.0 for r in init)
     gspo = next(r for r in runs if r["run_algo"] == "gspo" and r["run_seed"] == 1
                 and r["run_group_size"] == G)
     assert gspo["steps"] == STEPS and gspo["gen_tokens_cum"] == STEPS * TOKENS_PER_STEP

@@ -15,7 +15,8 @@ def row(**changes):
         "model": "m", "checkpoint": "final", "benchmark": "synth-aime", "revision_hash": "abc",
         "k": 4, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0,
         "max_new_tokens": 64, "seed": 0, "engine": "hf", "grader_version": "1",
-        "grader_compat": "default", "sandbox_mode": "none", "problem_id": "1", "problem_hash": "h", "n": 4, "c": 1,
+        "grader_compat": "default", "sandbox_mode": "none", "problem_id": "1", "problem_hash": "h",
+        "n": 4, "c": 1,
         "avg": 0.25, "pass_at_k": 1.0, "truncated_frac": 0.0, "no_answer_frac": 0.0,
         "grader_errors": 0,
     }

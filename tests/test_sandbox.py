@@ -66,7 +66,8 @@ def test_memory_of_all_processes_together_is_capped(marker: str) -> None:
     if not box.info()["memory_cgroup"]:
         pytest.skip("no writable memory cgroup on this host")
     # each child holds its 100 MiB for 3 s, so all four are alive together (4 x 100 > 256)
-    code = ("import os, time\npids = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
+    code = ("import os, time\npids = []\nfor _ in range(4):\n"
+            "    pid = os.fork()\n    if pid == 0:\n"
             "        block = bytearray(100 * 2**20)\n        time.sleep(3)\n        os._exit(0)\n"
             "    pids.append(pid)\nprint([os.waitpid(p, 0)[1] for p in pids])")
     result = run_py(box, code, marker, timeout=20)

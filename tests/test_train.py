@@ -52,8 +52,10 @@ ALGORITHMS = [(name, {}) for name in algorithm_names()] + [("dfpo", {"transform"
 
 
 @pytest.mark.parametrize(("algorithm", "objective"), ALGORITHMS)
-def test_every_algorithm_runs_and_logs_its_schema(algorithm, objective, tiny_model, tmp_path, hashed):
-    final = train(TrainConfig(**small(tiny_model, algorithm=algorithm, objective=objective)), tmp_path)
+def test_every_algorithm_runs_and_logs_its_schema(algorithm, objective, tiny_model, tmp_path,
+                                                  hashed):
+    final = train(TrainConfig(**small(tiny_model, algorithm=algorithm, objective=objective)),
+                  tmp_path)
     rows = read_table(tmp_path / "train_log.parquet", TRAIN_LOG).to_pylist()
     assert [r["step"] for r in rows] == [1, 2, 3]
     diagnostics = ("asym", "residual_full")  # NaN where a minibatch has no shared node
@@ -229,7 +231,8 @@ def test_config_errors_name_the_field(tmp_path):
         TrainConfig(model="m", objective={"transform": "max_replace"})
     bad = tmp_path / "train.yaml"
     bad.write_text("model: m\nlearning_rate: 0.1\n")
-    with pytest.raises(ValueError, match=r"train.yaml: unknown TrainConfig key\(s\) \['learning_rate'\]"):
+    with pytest.raises(ValueError,
+                       match=r"train.yaml: unknown TrainConfig key\(s\) \['learning_rate'\]"):
         load_train_config(bad, [])
     cfg = load_train_config(None, ["model=m", "objective.transform=orth_proj", "steps=7"])
     assert cfg.objective == {"transform": "orth_proj"} and cfg.steps == 7
@@ -285,9 +288,11 @@ def test_export_copies_log_and_one_policy_per_budget_fraction(tiny_model, tmp_pa
     dest = export_run(tmp_path / "scratch", tmp_path / "run")
     manifest = json.loads((dest / "manifest.json").read_text())
     assert manifest["fraction_steps"] == {"0.5": 2, "1.0": 4}
-    assert (dest / "train_log.parquet").read_bytes() == (tmp_path / "scratch" / "train_log.parquet").read_bytes()
+    assert ((dest / "train_log.parquet").read_bytes()
+            == (tmp_path / "scratch" / "train_log.parquet").read_bytes())
     ids = torch.tensor([[5, 6, 7, 8]])
-    logits = {name: load(dest / "policy" / f"frac={name}")[0](ids).logits for name in ("0.5", "1.0")}
+    logits = {name: load(dest / "policy" / f"frac={name}")[0](ids).logits
+              for name in ("0.5", "1.0")}
     final = load(tmp_path / "scratch" / "final")[0](ids).logits
     assert torch.equal(logits["1.0"], final) and not torch.equal(logits["0.5"], final)
 

@@ -94,7 +94,8 @@ def test_projection_leaves_groups_without_signal_alone(name):
 def test_invariant_to_row_order_and_group_interleaving(sizes, data, name):
     n = sum(sizes)
     group = torch.cat([torch.full((s,), k) for k, s in enumerate(sizes)])
-    w = torch.tensor(data.draw(st.lists(st.floats(0.05, 3.0), min_size=n, max_size=n)), dtype=torch.float64)
+    w = torch.tensor(data.draw(st.lists(st.floats(0.05, 3.0), min_size=n, max_size=n)),
+                     dtype=torch.float64)
     r = torch.tensor(data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n)))
     adv, _ = group_advantages(r, group)
     adv = adv.double()
@@ -110,7 +111,8 @@ def test_invariant_to_row_order_and_group_interleaving(sizes, data, name):
 def test_cancelling_transforms_zero_the_weighted_advantage_sum(sizes, data):
     n = sum(sizes)
     group = torch.cat([torch.full((s,), k) for k, s in enumerate(sizes)])
-    w = torch.tensor(data.draw(st.lists(st.floats(0.05, 3.0), min_size=n, max_size=n)), dtype=torch.float64)
+    w = torch.tensor(data.draw(st.lists(st.floats(0.05, 3.0), min_size=n, max_size=n)),
+                     dtype=torch.float64)
     r = torch.tensor(data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n)))
     adv, _ = group_advantages(r, group)
     groups = Groups.from_ids(group)

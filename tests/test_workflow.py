@@ -103,7 +103,8 @@ def test_the_study_preset_keeps_its_own_results_and_shares_the_sft(dry_run):
     assert "repro aggregate --out results/tiny-study/aggregate" in out
     assert "repro tables --aggregate results/tiny-study/aggregate" in out
     assert "--out results/tiny-study/tables" in out
-    assert "results/tiny-study/runs/algo=grpo/model=tiny/group_size=8/seed=4/train_log.parquet" in out
+    assert ("results/tiny-study/runs/algo=grpo/model=tiny/group_size=8/seed=4/"
+            "train_log.parquet") in out
     assert "--out results/tiny-study/eval/algo=init/model=tiny/seed=4/frac=0.0" in out
     assert "results/models/model=tiny/sft" in out and "tiny-study/models" not in out
     assert " results/aggregate/" not in out and "--out results/aggregate " not in out

@@ -35,7 +35,9 @@ def _rows(result: dict[str, Any]) -> tuple[list[str], list[list[str]], list[str]
 
 
 def print_objectives_report(result: dict[str, Any]) -> None:
-    cfg, env, lb, tr = result["config"], result["env"], result["loss_backward"], result["transforms"]
+    cfg, env, lb, tr = (
+        result["config"], result["env"], result["loss_backward"], result["transforms"]
+    )
     loss_title = (
         f"loss + backward, B={lb['shape'][0]} T={lb['shape'][1]} ({lb['tokens']:,} tokens, "
         f"{lb['groups']} groups of {cfg['group_size']}), median of {cfg['repeats']}"

@@ -30,7 +30,8 @@ class PickleRefused(ValueError):
 
 
 def shards_for_release(tag: str, shards: Sequence[str]) -> tuple[str, ...]:
-    """LCB tags: release_vN = shards 1..N, vN = shard N, vA_vB = shards A..B, release_latest = all."""
+    """LCB tags: release_vN = shards 1..N, vN = shard N, vA_vB = shards A..B,
+    release_latest = all."""
     count = len(shards)
     forms = f"release_vN, vN or vA_vB with 1 <= N <= {count}, or release_latest"
     if tag == "release_latest":

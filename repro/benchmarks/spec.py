@@ -141,7 +141,8 @@ def parse_spec(raw: Any, path: Path) -> BenchmarkSpec:
     kind = choice("kind", KINDS)
     template = choice("template", TEMPLATES)
     if TEMPLATES[template] != kind:
-        raise fail("template", f"is a {TEMPLATES[template]} template but kind is {kind!r}", template)
+        raise fail("template", f"is a {TEMPLATES[template]} template but kind is {kind!r}",
+                   template)
     grader = choice("grader", GRADERS)
     if grader != kind:
         raise fail("grader", f"must match kind {kind!r}", grader)

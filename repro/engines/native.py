@@ -164,7 +164,8 @@ def rollout_stage(ctx: StepContext, step: int) -> ScoredRollout:
             ref, *args, temperature=cfg.temperature, with_entropy=False)[0]
     if batch.engine_logp is not None:
         logp_old = batch.engine_logp
-    adv, adv_info = group_advantages(batch.reward, batch.group, AdvantageConfig(cfg.advantage_scale))
+    adv, adv_info = group_advantages(batch.reward, batch.group,
+                                     AdvantageConfig(cfg.advantage_scale))
     return ScoredRollout(batch, logp_old, ref_logp, entropy, adv, adv_info["zero_adv_frac"])
 
 

@@ -35,20 +35,32 @@ class EvalConfig:
     """One evaluation run (the options of `repro eval`)."""
 
     model: str = field(metadata={"help": "Local model folder or hub id (Qwen/Qwen3-32B)."})
-    benchmark: str = field(metadata={"help": "Registry name: aime25, hmmt25, livecodebench, synth-*."})
+    benchmark: str = field(
+        metadata={"help": "Registry name: aime25, hmmt25, livecodebench, synth-*."}
+    )
     out: Path = field(metadata={"help": "Output folder for samples.parquet and problems.parquet."})
-    k: int | None = field(default=None, metadata={"help": "Samples per problem; None = the benchmark's default."})
-    limit: int | None = field(default=None, metadata={"help": "Evaluate only the first N problems."})
-    data_dir: Path | None = field(default=None, metadata={"help": "Offline mirror of the datasets."})
+    k: int | None = field(
+        default=None, metadata={"help": "Samples per problem; None = the benchmark's default."}
+    )
+    limit: int | None = field(
+        default=None, metadata={"help": "Evaluate only the first N problems."}
+    )
+    data_dir: Path | None = field(
+        default=None, metadata={"help": "Offline mirror of the datasets."}
+    )
     lock: Path | None = field(default=None, metadata={
-        "help": "Data lock of `repro data pin`: sha256 pins, and the mirror when data_dir is None."})
+        "help": "Data lock of `repro data pin`: sha256 pins, and the mirror when data_dir is "
+                "None."})
     checkpoint: str = field(default="final", metadata={"help": "Label stored with the results."})
-    engine: str = field(default="auto", metadata={"help": "auto (vLLM on GPU, else HF), hf or vllm."})
+    engine: str = field(
+        default="auto", metadata={"help": "auto (vLLM on GPU, else HF), hf or vllm."}
+    )
     batch_size: int = field(default=16, metadata={"help": "Prompts per HF generate call."})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
     sampling: dict[str, Any] = field(
         default_factory=dict,
-        metadata={"help": "Overrides of the benchmark's sampling (temperature, max_new_tokens...)."},
+        metadata={"help": "Overrides of the benchmark's sampling (temperature, "
+                  "max_new_tokens...)."},
     )
     workers: int = field(default=2, metadata={"help": "Parallel grading workers (sandboxes)."})
     unsafe_no_sandbox: bool = field(

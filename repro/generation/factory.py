@@ -20,7 +20,9 @@ def resolve_engine(name: str) -> str:
     return "vllm" if has_vllm and torch.cuda.is_available() else "hf"
 
 
-def make_engine(model_path: str, name: str = "auto", *, batch_size: int = 8, seed: int = 0) -> Engine:
+def make_engine(
+    model_path: str, name: str = "auto", *, batch_size: int = 8, seed: int = 0
+) -> Engine:
     """Build the engine; the HF path loads through `repro.models.load` (tiny or hub models)."""
     resolved = resolve_engine(name)
     if resolved == "vllm":

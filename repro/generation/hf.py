@@ -83,7 +83,8 @@ class HFEngine:
             if sampling.temperature > 0:
                 logits = logits / sampling.temperature
             logps = torch.log_softmax(logits, -1).gather(-1, new[..., None])[..., 0]
-        comps = [self._completion(new[i], None if logps is None else logps[i]) for i in range(len(new))]
+        comps = [self._completion(new[i], None if logps is None else logps[i])
+                 for i in range(len(new))]
         return [comps[i * sampling.n : (i + 1) * sampling.n] for i in range(len(prompts))]
 
     def _completion(self, ids: torch.Tensor, logp: torch.Tensor | None) -> Completion:

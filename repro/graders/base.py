@@ -16,7 +16,8 @@ RUNTIME_ERROR = "runtime_error"
 COMPILE_ERROR = "compile_error"
 SANDBOX_ERROR = "sandbox_error"  # the sandbox itself failed; never the program's fault
 GRADER_TIMEOUT = "grader_timeout"  # math: math-verify did not finish in time
-GRADER_ERROR = "grader_error"  # math: math-verify raised, or its worker died (killed, OOM) on every attempt
+# math: math-verify raised, or its worker died (killed, OOM) on every attempt
+GRADER_ERROR = "grader_error"
 VERDICTS = (
     PASS, WRONG_ANSWER, NO_ANSWER, TIME_LIMIT, RUNTIME_ERROR, COMPILE_ERROR, SANDBOX_ERROR,
     GRADER_TIMEOUT, GRADER_ERROR,

@@ -7,7 +7,7 @@ repro's templates, samples `repeats: k` completions per problem (all kept) and r
 from repro's graders. Run, e.g.:
 
     lm_eval --model vllm --model_args pretrained=Qwen/Qwen3-32B,tensor_parallel_size=4 \
-        --include_path $(python -c "import repro.lmeval, os; print(os.path.dirname(repro.lmeval.__file__))") \
+        --include_path $(python -c "import repro.lmeval as m; print(m.__path__[0])") \
         --tasks aime25_repro,hmmt25_repro --apply_chat_template --log_samples --output_path out/ \
         --metadata '{"data_dir": "DATA_DIR"}'
 

@@ -45,7 +45,8 @@ class LossConfig:
     )
 
     def __post_init__(self) -> None:
-        require(self.loss_agg_mode in AGG_MODES, self, "loss_agg_mode", f"must be one of {AGG_MODES}")
+        require(self.loss_agg_mode in AGG_MODES, self, "loss_agg_mode",
+                f"must be one of {AGG_MODES}")
         require(
             self.loss_norm_length is None or self.loss_norm_length > 0,
             self, "loss_norm_length", "must be a positive integer or None",

@@ -82,7 +82,8 @@ def _projection_coefficient(
         aw = torch.where(active, aw, torch.zeros_like(aw))
         aa = torch.where(active, aa, torch.zeros_like(aa))
     num, den = groups.sum(aw), groups.sum(aa)
-    lam = torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny), torch.zeros_like(num))
+    lam = torch.where(den > 0, num / den.clamp_min(torch.finfo(den.dtype).tiny),
+                      torch.zeros_like(num))
     return lam, den
 
 

@@ -26,7 +26,8 @@ def git_revision() -> str:
     try:
         sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -45,7 +46,8 @@ def write_table(
     path = Path(path)
     missing = [f.name for f in schema if rows and f.name not in rows[0]]
     if missing:
-        raise ValueError(f"{path}: rows lack column(s) {missing} of schema {schema.metadata.get(b'schema_name')}")
+        raise ValueError(f"{path}: rows lack column(s) {missing} of schema "
+                         f"{schema.metadata.get(b'schema_name')}")
     table = pa.Table.from_pylist(list(rows), schema=schema)
     written = write_arrow(table, schema, path, config=config, environment=environment)
     return table.replace_schema_metadata(written.metadata)

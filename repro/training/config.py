@@ -27,7 +27,9 @@ ENGINES = ("native", "trl")
 
 @dataclass
 class TrainConfig:
-    model: str = field(default="", metadata={"help": "SFT checkpoint folder or hub id to start from."})
+    model: str = field(
+        default="", metadata={"help": "SFT checkpoint folder or hub id to start from."}
+    )
     algorithm: str = field(default="dfpo", metadata={
         "help": f"Objective, a name in repro.objectives' registry: {', '.join(algorithm_names())}."
     })
@@ -46,8 +48,12 @@ class TrainConfig:
     sha256_pins: dict[str, str] = field(
         default_factory=dict, metadata={"help": "LCB shard -> sha256 pins (lcb-train)."}
     )
-    seed: int = field(default=0, metadata={"help": "Run seed: prompt stream, sampling, minibatch order."})
-    prompts_per_step: int = field(default=8, metadata={"help": "P: prompts (groups) per rollout batch."})
+    seed: int = field(
+        default=0, metadata={"help": "Run seed: prompt stream, sampling, minibatch order."}
+    )
+    prompts_per_step: int = field(
+        default=8, metadata={"help": "P: prompts (groups) per rollout batch."}
+    )
     group_size: int = field(default=8, metadata={"help": "G: responses per prompt."})
     minibatches: int = field(
         default=4,
@@ -55,8 +61,13 @@ class TrainConfig:
                   "makes later updates off-policy (s != 1), where DFPO's transforms act."},
     )
     max_new_tokens: int = field(default=64, metadata={"help": "Response budget per sample."})
-    temperature: float = field(default=1.0, metadata={"help": "Rollout sampling temperature; log-probs use logits / T."})
-    top_p: float = field(default=1.0, metadata={"help": "Rollout nucleus mass: must be 1 (no truncation)."})
+    temperature: float = field(
+        default=1.0,
+        metadata={"help": "Rollout sampling temperature; log-probs use logits / T."},
+    )
+    top_p: float = field(
+        default=1.0, metadata={"help": "Rollout nucleus mass: must be 1 (no truncation)."}
+    )
     top_k: int = field(default=0, metadata={"help": "Rollout top-k: must be 0 (off)."})
     behaviour_temperature: float | None = field(
         default=None,
@@ -70,18 +81,27 @@ class TrainConfig:
         metadata={"help": "'trainer': recompute logp_old after the rollout; 'engine': take the "
                   "sampler's log-probs (train/inference mismatch makes s != 1 from update 1)."},
     )
-    advantage_scale: str = field(default="group", metadata={"help": f"Advantage scaling, {SCALES}."})
+    advantage_scale: str = field(
+        default="group", metadata={"help": f"Advantage scaling, {SCALES}."}
+    )
     lr: float = field(default=5e-5, metadata={
-        "help": "AdamW learning rate (constant). Chosen for the tiny default on train reward (gspo and "
-                "dfpo_min, seeds 0-1): at 2e-4 the reward fell over 40 steps, at 5e-5 it rose."})
+        "help": "AdamW learning rate (constant). Chosen for the tiny default on train reward "
+                "(gspo and dfpo_min, seeds 0-1): at 2e-4 the reward fell over 40 steps, at 5e-5 "
+                "it rose."})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     grad_clip: float = field(default=1.0, metadata={"help": "Max global grad norm (0 = off)."})
-    kl_coef: float = field(default=0.0, metadata={"help": "k3 KL to the initial policy (0 = off, no reference model)."})
+    kl_coef: float = field(
+        default=0.0,
+        metadata={"help": "k3 KL to the initial policy (0 = off, no reference model)."},
+    )
     steps: int = field(default=40, metadata={"help": "Rollout batches (steps) to train."})
     token_budget: int | None = field(
-        default=None, metadata={"help": "Stop once this many tokens were generated (compute-matched)."}
+        default=None,
+        metadata={"help": "Stop once this many tokens were generated (compute-matched)."},
     )
-    checkpoint_every: int = field(default=10, metadata={"help": "Checkpoint every N steps (0 = off)."})
+    checkpoint_every: int = field(
+        default=10, metadata={"help": "Checkpoint every N steps (0 = off)."}
+    )
     keep_checkpoints: int = field(
         default=0,
         metadata={"help": "Keep only the N newest checkpoints, plus the budget-fraction ones "
@@ -89,10 +109,15 @@ class TrainConfig:
     )
     checkpoint_fractions: list[float] = field(
         default_factory=lambda: [0.5, 1.0],
-        metadata={"help": "Also checkpoint when this share of the budget (steps or tokens) is used."},
+        metadata={"help": "Also checkpoint when this share of the budget (steps or tokens) is "
+                  "used."},
     )
-    probe_n: int = field(default=16, metadata={"help": "Probe prompts for logodds_drift / kl_template."})
-    logprob_chunk: int = field(default=1024, metadata={"help": "Rows per lm_head chunk in log-prob passes."})
+    probe_n: int = field(
+        default=16, metadata={"help": "Probe prompts for logodds_drift / kl_template."}
+    )
+    logprob_chunk: int = field(
+        default=1024, metadata={"help": "Rows per lm_head chunk in log-prob passes."}
+    )
     engine: str = field(
         default="native",
         metadata={"help": "Trainer: 'native' (this package's single-process loop, the CPU "
@@ -145,7 +170,8 @@ class TrainConfig:
         need(self.lr > 0, "lr", "must be > 0")
         need(self.kl_coef >= 0 and self.grad_clip >= 0 and self.weight_decay >= 0, "kl_coef",
              "kl_coef, grad_clip and weight_decay must be >= 0")
-        need(self.token_budget is None or self.token_budget > 0, "token_budget", "must be > 0 or None")
+        need(self.token_budget is None or self.token_budget > 0, "token_budget",
+             "must be > 0 or None")
         need(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0")
         need(self.keep_checkpoints >= 0, "keep_checkpoints", "must be >= 0")
         need(all(0 < f <= 1 for f in self.checkpoint_fractions), "checkpoint_fractions",
@@ -230,7 +256,8 @@ def check_train_fields(data: dict[str, Any], where: str = "") -> None:
     """Keys and value types of a TrainConfig mapping, `objective` against its algorithm's config."""
     check_fields(TrainConfig, data, where)
     algorithm = data.get("algorithm", field_defaults(TrainConfig)["algorithm"])
-    check_fields(get_algorithm(algorithm).config_cls, data.get("objective", {}), f"{where}objective: ")
+    check_fields(get_algorithm(algorithm).config_cls, data.get("objective", {}),
+                 f"{where}objective: ")
 
 
 def load_train_config(path: str | Path | None, overrides: list[str]) -> TrainConfig:

@@ -56,7 +56,8 @@ class ProbeSet:
         seq = logp.sum(-1).view(-1, 2)
         logodds = float((seq[:, 0] - seq[:, 1]).mean())
         pos = (self.ctx_attn.cumsum(-1) - 1).clamp(min=0)
-        last = model(input_ids=self.ctx, attention_mask=self.ctx_attn, position_ids=pos).logits[:, -1]
+        last = model(input_ids=self.ctx, attention_mask=self.ctx_attn,
+                     position_ids=pos).logits[:, -1]
         return logodds, torch.log_softmax(last.double(), -1)
 
 
