@@ -44,7 +44,7 @@ def make_batch(groups: list[dict], seed: int) -> GroupBatch:
     for k, spec in enumerate(groups):
         prompt = torch.randint(VOCAB_LO, VOCAB_HI, (4,), generator=g)
         shared = torch.randint(VOCAB_LO, VOCAB_HI, (spec["prefix"],), generator=g)
-        for n, r in zip(spec["lengths"], spec["rewards"]):
+        for n, r in zip(spec["lengths"], spec["rewards"], strict=True):
             suffix = torch.randint(VOCAB_LO, VOCAB_HI, (n,), generator=g)
             rows.append((prompt, torch.cat([shared, suffix]), 10 * k + 1, r, spec["prefix"]))
     order = torch.randperm(len(rows), generator=g).tolist()

@@ -79,7 +79,7 @@ def tiny_qwen3():
 def prompt_groups(part) -> torch.Tensor:
     """Group ids from the prompts themselves (rows with equal prompt tokens), not the trainer's."""
     rows = [tuple(ids[m.bool()].tolist())
-            for ids, m in zip(part["prompt_ids"], part["prompt_mask"])]
+            for ids, m in zip(part["prompt_ids"], part["prompt_mask"], strict=True)]
     index = {r: i for i, r in enumerate(dict.fromkeys(rows))}
     return torch.tensor([index[r] for r in rows])
 

@@ -111,7 +111,7 @@ def test_hf_engine_logprobs_equal_a_teacher_forced_forward(tiny, temperature):
     prompts = prompts_for(tok, 3)
     out = engine.generate(prompts, SamplingConfig(temperature=temperature, top_k=0, top_p=1.0,
                                                   max_new_tokens=10, n=2), return_logprobs=True)
-    for prompt, row in zip(prompts, out):
+    for prompt, row in zip(prompts, out, strict=True):
         p_ids = tok(prompt, add_special_tokens=False, return_tensors="pt").input_ids[0]
         for c in row:
             ids = torch.cat([p_ids, torch.tensor(c.token_ids)])[None]
@@ -187,7 +187,7 @@ class FakeLLM:
                            [{1: FakeLogprob(-0.5)}, {2: FakeLogprob(-1.5)}])
                 for j in range(sp["n"])
             ])
-            for p, sp in zip(prompts, params)
+            for p, sp in zip(prompts, params, strict=True)
         ]
 
 

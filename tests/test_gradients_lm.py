@@ -60,7 +60,8 @@ def autograd_directional(cfg, batch, old, adv, direction):
     logp = response_logp(LM, batch, params)
     loss, _ = policy_loss(cfg, Minibatch(logp, old, batch.mask, adv, batch.group))
     grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
-    total = sum(float((g * direction[n]).sum()) for n, g in zip(params, grads) if g is not None)
+    total = sum(float((g * direction[n]).sum())
+                for n, g in zip(params, grads, strict=True) if g is not None)
     return total, logp.detach()
 
 
@@ -96,7 +97,7 @@ def test_lm_gradient_equals_closed_form(name, overrides, groups, seed):
     params = {n: p.clone().requires_grad_(True) for n, p in PARAMS.items()}
     dlogp = torch.autograd.grad((coef * response_logp(LM, batch, params)).sum(),
                                 list(params.values()))
-    closed_auto = sum(float((g * direction[n]).sum()) for n, g in zip(params, dlogp))
+    closed_auto = sum(float((g * direction[n]).sum()) for n, g in zip(params, dlogp, strict=True))
     assert auto == pytest.approx(closed_auto, rel=1e-9, abs=1e-12)
     # (b) d logp . v itself, autograd against finite differences: contract with random positive
     # token weights u so that no cancellation hides an error; tolerance scaled by sum u |fd|
@@ -104,7 +105,7 @@ def test_lm_gradient_equals_closed_form(name, overrides, groups, seed):
     u = u * batch.mask
     params = {n: p.clone().requires_grad_(True) for n, p in PARAMS.items()}
     ju = torch.autograd.grad((u * response_logp(LM, batch, params)).sum(), list(params.values()))
-    auto_u = sum(float((g * direction[n]).sum()) for n, g in zip(params, ju))
+    auto_u = sum(float((g * direction[n]).sum()) for n, g in zip(params, ju, strict=True))
     fd = directional(batch, direction, lambda lp: lp)
     assert abs(auto_u - float((u * fd).sum())) <= FD_REL * float((u * fd.abs()).sum())
 

@@ -121,7 +121,8 @@ def tiny() -> torch.nn.Module:
 
 def _sequences() -> list[Tensor]:
     gen = torch.Generator().manual_seed(3)
-    return [torch.randint(99, (p + r,), generator=gen) for p, r in zip(PROMPTS, RESPONSES)]
+    return [torch.randint(99, (p + r,), generator=gen)
+            for p, r in zip(PROMPTS, RESPONSES, strict=True)]
 
 
 def _batch(side: str) -> tuple[Tensor, Tensor, Tensor]:

@@ -118,8 +118,8 @@ def test_every_real_answer_in_equivalent_forms_and_near_misses(graders, compat):
     items = [(Problem("real", str(i), "q", answer=gold), f"<think>work</think>Final: {text}")
              for i, (gold, text, _) in enumerate(cases)]
     grades = graders[compat].grade_many(items)
-    wrong = [(gold, text, g.verdict, g.reason) for (gold, text, ok), g in zip(cases, grades)
-             if g.correct != ok]
+    wrong = [(gold, text, g.verdict, g.reason)
+             for (gold, text, ok), g in zip(cases, grades, strict=True) if g.correct != ok]
     assert wrong == []
 
 

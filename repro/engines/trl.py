@@ -65,7 +65,8 @@ class ProblemReward:
         self.failures = 0  # grader errors/timeouts of the latest call (this process's rows)
 
     def __call__(self, prompts, completions, problem_key, **_: Any) -> list[float]:
-        rewards = self.rewarder([(self.problems[k], c) for k, c in zip(problem_key, completions)])
+        rewards = self.rewarder([(self.problems[k], c)
+                                 for k, c in zip(problem_key, completions, strict=True)])
         self.failures = self.rewarder.last_failures
         return rewards
 

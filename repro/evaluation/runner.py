@@ -177,7 +177,8 @@ def run_prepared(prepared: Prepared, engine: Any) -> dict[str, Path]:
     try:
         with progress(len(problems), f"grade {spec.name}", "problem") as bar:
             for start in range(0, len(problems), chunk):  # whole problems: code dedupes per problem
-                part = list(zip(problems[start:start + chunk], completions[start:start + chunk]))
+                part = list(zip(problems[start:start + chunk], completions[start:start + chunk],
+                                strict=False))
                 grades += grader.grade_many([(p, c.text) for p, row in part for c in row])
                 bar.update(len(part))
     finally:
@@ -244,7 +245,7 @@ def tabulate(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     samples, per_problem = [], []
     it = iter(grades)
-    for problem, row in zip(problems, completions):
+    for problem, row in zip(problems, completions, strict=False):
         h = problem.text_hash()
         graded = [(c, next(it)) for c in row]
         for j, (c, g) in enumerate(graded):

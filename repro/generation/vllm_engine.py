@@ -90,6 +90,6 @@ def to_completion(output: Any, return_logprobs: bool) -> Completion:
     ids = tuple(output.token_ids)
     logprobs = None
     if return_logprobs:
-        logprobs = tuple(step[tok].logprob for step, tok in zip(output.logprobs, ids))
+        logprobs = tuple(step[tok].logprob for step, tok in zip(output.logprobs, ids, strict=False))
     reason = "length" if output.finish_reason == "length" else "stop"
     return Completion(text=output.text, token_ids=ids, finish_reason=reason, logprobs=logprobs)

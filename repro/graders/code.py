@@ -122,7 +122,8 @@ class CodeGrader:
                 for problem, text in items]
         first = {key: i for i, key in reversed(list(enumerate(keys)))}
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            grades = dict(zip(first, pool.map(lambda i: self.grade(*items[i]), first.values())))
+            grades = dict(zip(first, pool.map(lambda i: self.grade(*items[i]), first.values()),
+                              strict=True))
         return [grades[key] for key in keys]
 
     def run(self, code: str, tests: CodeTests) -> HarnessRun:

@@ -110,7 +110,7 @@ def _lower(pid: str, claim: str, pairs: list[tuple[float, float]], hold_share: f
     if not pairs:
         return Verdict(pid, claim, "no paired runs", INCONCLUSIVE)
     n, lower = len(pairs), sum(a < b for a, b in pairs)
-    mean_a, mean_b = (float(np.mean(x)) for x in zip(*pairs))
+    mean_a, mean_b = (float(np.mean(x)) for x in zip(*pairs, strict=True))
     ratio = mean_a / mean_b if mean_b else float("nan")
     numbers = f"lower in {lower}/{n} seeds, means {mean_a:.3g} vs {mean_b:.3g}"
     holds = lower >= np.ceil(hold_share * n) and mean_a < mean_b and (
@@ -153,7 +153,8 @@ def group_verdict(agg: Aggregate, model: str, base: str, prop: str, learned: boo
     means, reps = seed_problem_replicates(diffs)
     centred = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
     slope, lo, hi = 100 * float(means @ centred), *(100 * np.quantile(reps @ centred, [.025, .975]))
-    numbers = (f"Δ_G = {', '.join(f'G{g}: {100 * m:+.1f}' for g, m in zip(sizes, means))}; "
+    per_g = ", ".join(f"G{g}: {100 * m:+.1f}" for g, m in zip(sizes, means, strict=True))
+    numbers = (f"Δ_G = {per_g}; "
                f"slope {slope:+.2f} [{lo:+.2f}, {hi:+.2f}] points per doubling")
     if not learned:
         return Verdict("P8", claim, numbers, NO_LEARNING)
@@ -179,7 +180,8 @@ def verdicts(agg: Aggregate, model: str) -> list[Verdict]:
                   f"P1: {prop} ends more accurate than {base}", learned),
         compute_verdict(agg, model, base, prop),
         Verdict("P3", f"P3: {prop} has lower asym and residual_full than {base}",
-                "; ".join(f"{m}: {x.numbers}" for m, x in zip(("asym", "residual_full"), p3)),
+                "; ".join(f"{m}: {x.numbers}"
+                          for m, x in zip(("asym", "residual_full"), p3, strict=True)),
                 p3_verdict),
         _lower("P4", f"P4: {prop} has lower freq_energy than {base}", _paired(*side["freq"]),
                1.0, 0.6),

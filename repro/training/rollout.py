@@ -89,7 +89,7 @@ class Rewarder:
         self.last_failures = 0
         for kind, grader in self.graders.items():
             idx = [i for i, (p, _) in enumerate(items) if p.kind == kind]
-            for i, grade in zip(idx, grader.grade_many([items[i] for i in idx])):
+            for i, grade in zip(idx, grader.grade_many([items[i] for i in idx]), strict=True):
                 rewards[i] = float(grade.correct)
                 self.last_failures += grade.verdict in GRADER_FAILURES
         return rewards
@@ -133,7 +133,8 @@ def rollout(
     prompts = chat_prompts(tok, picks, specs)
     completions = engine.generate(prompts, sampling, return_logprobs=want_engine_logp)
     rows, group, items, truncated, elogp = [], [], [], [], []
-    for g, (prompt, (_, problem), comps) in enumerate(zip(prompts, picks, completions)):
+    for g, (prompt, (_, problem), comps) in enumerate(
+            zip(prompts, picks, completions, strict=True)):
         p_ids = tok(prompt, add_special_tokens=False).input_ids
         for c in comps:
             rows.append((p_ids, list(c.token_ids)))
