@@ -50,7 +50,7 @@ def test_exact_centring_on_interleaved_groups(sizes, data, scale):
 
 
 def test_group_of_one_is_refused_naming_the_field():
-    with pytest.raises(ValueError, match="`group`.*fewer than 2"):
+    with pytest.raises(ValueError, match=r"`group`.*fewer than 2"):
         group_advantages(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
 
 
@@ -59,7 +59,7 @@ def test_bad_inputs_name_the_field():
         group_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0, 0]))
     with pytest.raises(ValueError, match="`reward`"):
         group_advantages(torch.tensor([1.0, float("nan")]), torch.tensor([0, 0]))
-    with pytest.raises(ValueError, match="AdvantageConfig.eps"):
+    with pytest.raises(ValueError, match=r"AdvantageConfig.eps"):
         AdvantageConfig(eps=0.0)
-    with pytest.raises(ValueError, match="AdvantageConfig.scale"):
+    with pytest.raises(ValueError, match=r"AdvantageConfig.scale"):
         AdvantageConfig(scale="batch")

@@ -190,5 +190,5 @@ def test_the_planner_refuses_a_preflight_that_would_not_fit(tmp_path):
         got = predicted(fits, tmp_path, train_config(fits, tmp_path, use_vllm))
         assert 0 < got["update"] < 141 and 0 < got["rollout"] < 141, got
     huge = PreflightConfig(out=tmp_path, processes=1, lr=1e-6, max_new_tokens=400_000).resolved()
-    with pytest.raises(PlanRefusal, match="config train.trl_args.use_vllm"):
+    with pytest.raises(PlanRefusal, match=r"config train.trl_args.use_vllm"):
         predicted(huge, tmp_path, train_config(huge, tmp_path, use_vllm=False))

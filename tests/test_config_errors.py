@@ -13,7 +13,7 @@ def test_registry_lists_the_four_algorithms():
 
 
 def test_unknown_algorithm():
-    with pytest.raises(ValueError, match="unknown algorithm 'ppo2'.*dfpo"):
+    with pytest.raises(ValueError, match=r"unknown algorithm 'ppo2'.*dfpo"):
         make_config("ppo2")
 
 

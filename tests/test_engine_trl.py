@@ -225,7 +225,7 @@ def test_every_refused_option_is_named():
             TrainConfig(model="m", engine="trl", trl_args={key: "x"})
     with pytest.raises(ValueError, match="trl_args needs engine=trl"):
         TrainConfig(model="m", trl_args={"use_vllm": True})
-    with pytest.raises(ValueError, match="TrainConfig.engine"):
+    with pytest.raises(ValueError, match=r"TrainConfig.engine"):
         TrainConfig(model="m", engine="verl")
     with pytest.raises(ValueError, match="behaviour_logprobs"):
         TrainConfig(model="m", engine="trl", behaviour_logprobs="engine")

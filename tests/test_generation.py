@@ -143,9 +143,9 @@ def test_hf_engine_greedy_follows_the_argmax(tiny):
 
 
 def test_sampling_config_errors_name_the_field():
-    with pytest.raises(ValueError, match="SamplingConfig.top_p"):
+    with pytest.raises(ValueError, match=r"SamplingConfig.top_p"):
         SamplingConfig(top_p=0.0)
-    with pytest.raises(ValueError, match="SamplingConfig.n "):
+    with pytest.raises(ValueError, match=r"SamplingConfig.n "):
         SamplingConfig(n=0)
 
 

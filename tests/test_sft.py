@@ -214,7 +214,7 @@ def test_a_gate_missed_at_the_cap_fails_and_writes_no_model(tok, tmp_path, monke
     cfg = micro_cfg(steps=4, gate_reward=0.4, gate_every=2, max_steps=8, eval_n=4)
     with pytest.raises(GateMissed, match=r"best 0\.300 at step 6\) < gate_reward 0\.4"):
         _train(model, tok.pad_token_id, _toy_examples(tok), cfg,
-               lambda r=iter([0.1, 0.3, 0.2]): {"mean": next(r)})
+               lambda r=iter([0.1, 0.3, 0.2]): {"mean": next(r)})  # noqa: B008 - kept across calls
     import repro.training.sft as sft
 
     monkeypatch.setattr(sft, "estimate_reward", lambda *a: {"mean": 0.0})

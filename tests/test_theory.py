@@ -34,9 +34,9 @@ SHARED_GROUP = [
     TEMPLATE + FORM_A,
     TEMPLATE + FORM_A,
     TEMPLATE + FORM_B,
-    TEMPLATE + (7, EOS),
-    TEMPLATE + (EOS,),
-    TEMPLATE + (6, 6, 6),
+    (*TEMPLATE, 7, EOS),
+    (*TEMPLATE, EOS),
+    (*TEMPLATE, 6, 6, 6),
 ]
 
 

@@ -221,11 +221,11 @@ def test_truncated_sampling_is_refused_in_training():
 
 
 def test_config_errors_name_the_field(tmp_path):
-    with pytest.raises(ValueError, match="TrainConfig.minibatches"):
+    with pytest.raises(ValueError, match=r"TrainConfig.minibatches"):
         TrainConfig(model="m", prompts_per_step=6, minibatches=4)
-    with pytest.raises(ValueError, match="TrainConfig.group_size"):
+    with pytest.raises(ValueError, match=r"TrainConfig.group_size"):
         TrainConfig(model="m", group_size=1)
-    with pytest.raises(ValueError, match="TrainConfig.tasks"):
+    with pytest.raises(ValueError, match=r"TrainConfig.tasks"):
         TrainConfig(model="m", tasks={"gsm8k": 1.0})
     with pytest.raises(ValueError, match="transform"):
         TrainConfig(model="m", objective={"transform": "max_replace"})

@@ -86,7 +86,7 @@ def test_behaviour_temperature_doses_the_first_update_off_policy(tiny_model, tmp
 def test_behaviour_temperature_is_refused_outside_the_native_engine(tiny_model):  # noqa: F811
     import pytest
 
-    with pytest.raises(ValueError, match="TrainConfig.behaviour_temperature is a native-engine"):
+    with pytest.raises(ValueError, match=r"TrainConfig.behaviour_temperature is a native-engine"):
         TrainConfig(**small(tiny_model, engine="trl", behaviour_temperature=1.2))
-    with pytest.raises(ValueError, match="TrainConfig.behaviour_temperature must be > 0"):
+    with pytest.raises(ValueError, match=r"TrainConfig.behaviour_temperature must be > 0"):
         TrainConfig(**small(tiny_model, behaviour_temperature=0.0))

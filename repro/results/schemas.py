@@ -33,8 +33,8 @@ _RUN_KEYS = [
 ]
 
 EVAL_SAMPLES = pa.schema(
-    _RUN_KEYS
-    + [
+    [
+        *_RUN_KEYS,
         _f("problem_id", pa.string()),
         _f("problem_hash", pa.string()),
         _f("sample_idx", pa.int64()),
@@ -50,8 +50,8 @@ EVAL_SAMPLES = pa.schema(
 )
 
 EVAL_PROBLEMS = pa.schema(
-    _RUN_KEYS
-    + [
+    [
+        *_RUN_KEYS,
         _f("problem_id", pa.string()),
         _f("problem_hash", pa.string()),
         _f("n", pa.int64()),  # samples
