@@ -65,10 +65,7 @@ def theory(
         Path, typer.Option(help="Output folder for theory.parquet and the figure.")
     ] = Path("results/theory"),
 ) -> None:
-    (
-        "Exact tabular experiment: learning tax (KL at the template) and drift between equal "
-        "answers."
-    )
+    """Exact tabular experiment: the learning tax (KL at the template), equal answers' drift."""
     from repro.theory.experiment import run_theory
 
     run_theory(_build("repro theory", TheoryConfig, settings), out)
