@@ -322,16 +322,20 @@ def test_smoke_preset_end_to_end_with_the_trl_engine(tmp_path):
     assert jobs_planned(ok(snakemake("-n", "--cores", "2", *SMOKE, "trl.yaml", cwd=wd), wd)) == {}
 
 
-def training_process(scratch: str) -> int:
-    """pid of the `repro train` process working in `scratch` (found through /proc)."""
+def training_process(wd: Path, scratch: str) -> int:
+    """pid of the `repro train` process working in `scratch` of the workflow copy `wd` (found
+    through /proc). The folder must match too: another test's job on another xdist worker can
+    train the same run under the same relative path (the TRL smoke run did, and was killed)."""
     for entry in Path("/proc").iterdir():
         try:
             cmd = (entry / "cmdline").read_bytes().split(b"\0")
+            cwd = Path(os.readlink(entry / "cwd"))
         except OSError:
             continue
-        if cmd[1:4] == [b"-m", b"repro", b"train"] and any(scratch.encode() in c for c in cmd):
+        if (cmd[1:4] == [b"-m", b"repro", b"train"] and any(scratch.encode() in c for c in cmd)
+                and cwd == wd.resolve()):
             return int(entry.name)
-    raise AssertionError(f"no training process for {scratch}")
+    raise AssertionError(f"no training process for {scratch} in {wd}")
 
 
 @pytest.mark.slow
@@ -351,7 +355,7 @@ def test_killed_training_job_resumes_from_its_checkpoint(tmp_path):
     while not (scratch / "step_000004").exists():
         assert proc.poll() is None and time.time() < deadline, "job ended before its checkpoint"
         time.sleep(0.2)
-    trainer = training_process(str(wd / "results" / "scratch" / run).split("results/")[1])
+    trainer = training_process(wd, f"scratch/{run}")
     os.kill(trainer, signal.SIGKILL)  # the job dies mid-run (OOM killer, preemption)
     assert proc.wait(timeout=120) != 0  # Snakemake reports the failed job and removes its outputs
     assert not (wd / target).exists()
