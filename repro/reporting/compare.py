@@ -91,7 +91,6 @@ def compare(a: Summary, b: Summary, tolerance: Mapping[str, float]) -> tuple[dic
     return largest, problems
 
 
-
 def exact_differences(first: Path, second: Path) -> list[str]:
     """One line per column of an aggregate table whose values differ (NaN equals NaN), row for
     row: the aggregate writes its rows in key order, so a rerun with the same packages and CPU
