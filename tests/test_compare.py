@@ -14,8 +14,9 @@ from test_reporting import write_eval, write_train
 from typer.testing import CliRunner
 
 from repro.cli import app
-from repro.reporting.compare import TOLERANCE
+from repro.reporting.compare import TOLERANCE, cpu_note
 from repro.results import manifest as mf
+from repro.results.environment import cpu_model
 
 
 def aggregate(root: Path, rewards: list[float], seeds: tuple[int, ...] = (0,),
@@ -39,7 +40,15 @@ def test_equal_aggregates_pass_and_say_their_kernels(tmp_path):
     a, b = aggregate(tmp_path / "a", [0.1, 0.2, 0.3]), aggregate(tmp_path / "b", [0.1, 0.2, 0.3])
     result = CliRunner().invoke(app, ["compare", str(a), str(b)])
     assert result.exit_code == 0, result.output
-    assert "reward_final: largest |diff| 0" in result.output and "CPU kernels" in result.output
+    assert "reward_final: largest |diff| 0" in result.output, result.output
+    assert f"{cpu_model()} (" in result.output and "same CPU model and kernels" in result.output
+
+
+def test_the_cpu_note_tells_a_rerun_from_another_model_and_other_kernels():
+    amd, intel = "AMD EPYC (AVX512)", "Intel(R) Xeon(R) Processor (AVX512)"
+    assert cpu_note([amd], [amd]).startswith("same CPU model and kernels")
+    assert cpu_note([amd], [intel]).startswith("other CPU models on the same ATen kernels")
+    assert cpu_note([amd], ["AMD EPYC (AVX2)"]).startswith("other CPU kernels")
 
 
 def test_a_difference_beyond_the_tolerance_fails_naming_the_run(tmp_path):

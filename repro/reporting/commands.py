@@ -113,23 +113,23 @@ def compare_cmd(
     from repro.reporting.compare import (
         TOLERANCE,
         compare,
-        cpu_capabilities,
+        cpu_note,
+        cpus,
         exact_differences,
         summary,
     )
 
     try:
         tolerance = TOLERANCE | _tolerances(tol or [], TOLERANCE)
-        kernels = [cpu_capabilities(folder) for folder in (first, second)]
+        machines = [cpus(folder) for folder in (first, second)]
         largest, problems = compare(summary(first), summary(second), tolerance)
         differ = exact_differences(first, second) if exact else []
     except ValueError as err:
         raise _fail("compare", err) from None
-    typer.echo(f"CPU kernels: {first}: {', '.join(kernels[0])}; {second}: {', '.join(kernels[1])}")
+    typer.echo(f"CPUs: {first}: {'; '.join(machines[0])}; {second}: {'; '.join(machines[1])}")
     for metric, diff in largest.items():
         typer.echo(f"{metric}: largest |diff| {diff:.3g} (tolerance {tolerance[metric]:g})")
-    if kernels[0] == kernels[1]:
-        typer.echo("note: both ran on the same CPU kernels, so this compares reruns only")
+    typer.echo(f"note: {cpu_note(*machines)}")
     if exact:
         typer.echo(f"exact: {len(differ)} column(s) differ, the wall-clock seconds aside")
         problems += differ

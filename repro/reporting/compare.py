@@ -66,12 +66,32 @@ def summary(folder: Path) -> Summary:
     return out
 
 
-def cpu_capabilities(folder: Path) -> list[str]:
-    """The CPU kernels the aggregate's jobs recorded (issue 22's environment), sorted."""
+def cpus(folder: Path) -> list[str]:
+    """The CPUs the aggregate's jobs recorded, as "MODEL (ATen kernels)", sorted."""
     meta = pq.read_schema(folder / RUNS_OUT).metadata or {}
     entries = json.loads(meta.get(b"environment", b"[]"))
-    return sorted({e["environment"]["torch"]["cpu_capability"] if e["environment"] else "unrecorded"
-                   for e in entries})
+    return sorted({_cpu(e["environment"]) for e in entries})
+
+
+def _cpu(environment: dict | None) -> str:
+    if not environment:
+        return "unrecorded"
+    return f"{environment['cpu_model']} ({environment['torch']['cpu_capability']})"
+
+
+def cpu_note(first: list[str], second: list[str]) -> str:
+    """What the two aggregates' CPUs say about how far they may part. The ATen kernel set
+    alone does not fix the floats: the default's stage 1 read its gate at 0.445 on an AMD EPYC
+    and at 0.375 on an Intel Xeon, both AVX512, same packages (2026-12-02, docs/results.md).
+    torch's BLAS, MKL, picks its code path by CPU (`MKL_VERBOSE=1` names it: "AVX-512 with AMX"
+    on that Xeon), which is our reading of why; so only the same model and kernels make a rerun."""
+    if first == second:
+        return "same CPU model and kernels: a rerun, every value should match (--exact)"
+    kernels = [{c.rsplit(" (", 1)[-1] for c in side} for side in (first, second)]
+    if kernels[0] == kernels[1]:
+        return ("other CPU models on the same ATen kernels: the BLAS code paths may differ, so "
+                "the runs may part like runs on other kernels")
+    return "other CPU kernels: the runs part by rounding, and over long runs by more"
 
 
 def compare(a: Summary, b: Summary, tolerance: Mapping[str, float]) -> tuple[dict[str, float],
