@@ -12,15 +12,17 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from repro.atomic import WriteFailed
-from repro.bench.coherence import CoherenceConfig
-from repro.bench.gpu import PreflightConfig
-from repro.bench.logprobs import LogprobsBenchConfig
-from repro.bench.objectives import ObjectivesBenchConfig
+from repro.bench.options import (
+    CoherenceConfig,
+    LogprobsBenchConfig,
+    ObjectivesBenchConfig,
+    PreflightConfig,
+)
 from repro.bench.sandbox import SandboxBenchConfig
 from repro.cli_fields import config_options, expanded_help, field_help
 from repro.evaluation.runner import SAMPLING_KEYS, EvalConfig
 from repro.generation.base import SamplingConfig
-from repro.theory.experiment import TheoryConfig
+from repro.theory.config import TheoryConfig
 
 T = TypeVar("T")
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -287,7 +289,8 @@ def bench_gpu(settings: dict[str, Any]) -> None:
     MFU and peak memory per stage against `repro plan`. One JSON; exits 1 when a check fails."""
     import torch
 
-    from repro.bench.gpu import SHAPES, run_preflight
+    from repro.bench.gpu import run_preflight
+    from repro.bench.options import SHAPES
 
     cfg = _build("repro bench gpu", PreflightConfig, settings)
     if not cfg.tiny and not torch.cuda.is_available():

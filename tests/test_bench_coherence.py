@@ -9,7 +9,8 @@ import pytest
 import torch
 from train_helpers import hashed_rewards
 
-from repro.bench.coherence import CoherenceConfig, batch_gradients, coherence
+from repro.bench.coherence import batch_gradients, coherence
+from repro.bench.options import CoherenceConfig
 from repro.models import TinyModelConfig, build_tiny
 from repro.training import rollout
 

@@ -181,7 +181,8 @@ def test_the_planner_refuses_a_preflight_that_would_not_fit(tmp_path):
     shape (config.json only, no weights) with sequences too long for one 141 GB GPU."""
     from transformers import Qwen3Config
 
-    from repro.bench.gpu import SHAPES, PreflightConfig, predicted, train_config
+    from repro.bench.gpu import predicted, train_config
+    from repro.bench.options import SHAPES, PreflightConfig
     from repro.plan import PlanRefusal
 
     Qwen3Config(**SHAPES["qwen3-32b-4l"]).save_pretrained(tmp_path)

@@ -19,10 +19,10 @@ from repro.bench.objectives import (
     TRANSFORM_ACCEPT_CASES,
     TRANSFORM_CASES,
     WIDE_CASE,
-    ObjectivesBenchConfig,
     _acceptance,
     run_objectives_bench,
 )
+from repro.bench.options import ObjectivesBenchConfig
 from repro.bench.report import print_objectives_report
 
 TINY = dict(seqs=32, max_len=64, group_size=4, repeats=2, warmup=1, transform_groups=(8, 64))

@@ -5,22 +5,29 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
-from repro.bench.coherence import CoherenceConfig
-from repro.bench.gpu import PreflightConfig
-from repro.bench.logprobs import LogprobsBenchConfig
-from repro.bench.objectives import ObjectivesBenchConfig
+from repro.bench.options import (
+    CoherenceConfig,
+    LogprobsBenchConfig,
+    ObjectivesBenchConfig,
+    PreflightConfig,
+)
 from repro.bench.sandbox import SandboxBenchConfig
 from repro.cli import app
 from repro.cli_fields import CONFIG_ATTR, config_options
 from repro.evaluation.runner import EvalConfig
 from repro.reporting.study import Study
-from repro.theory.experiment import TheoryConfig
+from repro.theory.config import TheoryConfig
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # Commands the issue names; each must stay generated (the map itself is read from the app).
 GENERATED = {"eval", "theory", "aggregate", "bench objectives", "bench sandbox", "bench logprobs",
@@ -172,3 +179,25 @@ def test_aggregate_takes_the_pipeline_spelling(monkeypatch, tmp_path):
            "0.35", "--smooth-window", "5", "--final-frac", "1.0", str(log))
     assert calls[0][2] == Study(main_algos=("grpo", "gspo", "dfpo_min"), main_group_size=4,
                                 ablation_algos=("dfpo_global",), group_algos=("gspo", "dfpo_min"))
+
+
+_REPORT_IMPORTS = """
+import sys
+
+import repro.cli  # every subcommand's options are built here, at start-up
+import repro.reporting.aggregate, repro.reporting.compare, repro.reporting.figures
+import repro.reporting.paper_numbers, repro.reporting.tables  # what the report commands load
+
+print(*sorted(name for name in sys.argv[1:] if name in sys.modules))
+"""
+
+
+def test_the_cli_and_the_report_commands_start_without_torch():
+    """`repro tables`, `figures`, `aggregate`, `compare`, `paper-reference` and `--help` never
+    touch a tensor, yet imported torch (~2.5 s a process) through the bench and theory option
+    dataclasses (now repro/bench/options.py, repro/theory/config.py) and the diagnostics
+    package (its names now load on first use). Fails on the code before that split: ['torch']."""
+    heavy = ["torch", "transformers", "accelerate", "trl", "vllm", "datasets"]
+    done = subprocess.run([sys.executable, "-c", _REPORT_IMPORTS, *heavy], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.split() == []

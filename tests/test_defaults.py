@@ -15,7 +15,7 @@ from repro.config_fields import field_defaults
 from repro.evaluation.runner import EvalConfig
 from repro.plan.hardware import EvalLayout, Hardware, TrainLayout
 from repro.reporting.study import Study
-from repro.theory.experiment import TheoryConfig
+from repro.theory.config import TheoryConfig
 from repro.training.config import TrainConfig
 
 SCHEMA = yaml.safe_load(

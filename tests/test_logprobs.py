@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from repro.bench.logprobs import LogprobsBenchConfig, measure, run_logprobs_bench
+from repro.bench.logprobs import measure, run_logprobs_bench
+from repro.bench.options import LogprobsBenchConfig
 from repro.models import TinyModelConfig, build_tiny
 from repro.training.logprobs import (
     naive_token_logprobs_and_entropy,

@@ -15,7 +15,8 @@ import torch
 import repro
 from repro.objectives import Minibatch, group_advantages, make_config, policy_loss
 from repro.results import THEORY
-from repro.theory.experiment import ARMS, TheoryConfig, run_theory, train_on_batch
+from repro.theory.config import TheoryConfig
+from repro.theory.experiment import ARMS, run_theory, train_on_batch
 from repro.theory.policy import (
     EOS,
     FORM_A,

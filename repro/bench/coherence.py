@@ -20,40 +20,14 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from repro.bench.options import CoherenceConfig
 from repro.generation.base import SamplingConfig
 from repro.objectives import Minibatch, group_advantages, make_config, policy_loss
-
-
-def _option(default: Any, help_text: str) -> Any:
-    return field(default=default, metadata={"help": help_text})
-
-
-@dataclass(frozen=True)
-class CoherenceConfig:
-    """Options of `repro bench coherence`."""
-
-    model: str = field(metadata={"help": "Policy folder (e.g. an SFT start or a run's final)."})
-    task: str = _option("synth-rule", "Training prompt set.")
-    batches: int = _option(8, "Independent rollout batches (>= 2).")
-    prompts: int = _option(8, "Prompts per batch.")
-    group_size: int = _option(8, "Samples per prompt (>= 2).")
-    max_new_tokens: int = _option(64, "Response budget.")
-    temperature: float = _option(1.0, "Sampling temperature.")
-    seed: int = _option(0, "Prompt stream and sampling seed.")
-    same_prompts: bool = _option(False, "Redraw samples of one prompt set.")
-
-    def __post_init__(self) -> None:
-        for name in ("batches", "prompts", "group_size", "max_new_tokens"):
-            if getattr(self, name) < (2 if name in ("batches", "group_size") else 1):
-                raise ValueError(f"CoherenceConfig.{name} is too small: {getattr(self, name)}")
-        if self.temperature <= 0:
-            raise ValueError(f"CoherenceConfig.temperature must be > 0, got {self.temperature}")
 
 
 def batch_gradients(cfg: CoherenceConfig) -> torch.Tensor:

@@ -26,85 +26,19 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from repro.bench.twin import PRESET, launcher_env, tiny_bf16_model
+from repro.bench.options import SHAPES, PreflightConfig, preset
+from repro.bench.twin import launcher_env, tiny_bf16_model
 
-# Qwen3-32B's width (its config.json) with few layers, so a step fits one H200 and the budget.
-SHAPES: dict[str, dict[str, Any]] = {
-    "qwen3-32b-4l": {"hidden_size": 5120, "num_hidden_layers": 4, "num_attention_heads": 64,
-                     "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 25600,
-                     "vocab_size": 151936, "tie_word_embeddings": False},
-}
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12}  # dense, per GPU
-# seconds per stage on the GPU shape / on --tiny; `build` writes the random-init model
-GPU_BUDGETS = {"build": 90, "startup": 150, "vllm_sync": 60, "rollout": 90, "update": 90,
-               "param_change": 15, "save": 60, "vllm_resync": 30, "reload": 60}
-TINY_BUDGETS = {"build": 30, "startup": 120, "vllm_sync": 30, "rollout": 60, "update": 60,
-                "param_change": 15, "save": 30, "vllm_resync": 30, "reload": 60}
 TRAIN_STAGES = ("vllm_sync", "rollout", "update", "param_change", "save", "vllm_resync")
 STALE_FACTOR = 3  # vllm_sync: a stale vLLM must be this far beyond the tolerance
 NOISE_FACTOR = 4  # vllm_sync: tolerance = this x vLLM's own noise at load (tests/vllm_cpu)
-
-
-# rollout sizes on the GPU shape / on --tiny, where the option is not given
-GPU_SIZES = {"prompts_per_step": 8, "group_size": 8, "minibatches": 4, "max_new_tokens": 1024}
-TINY_SIZES = {"prompts_per_step": 4, "group_size": 4, "minibatches": 2, "max_new_tokens": 8}
-
-
-def _size(name: str, what: str) -> Any:
-    """A rollout size that defaults to the mode's (GPU_SIZES or TINY_SIZES)."""
-    return field(default=None, metadata={
-        "help": f"{what} (default: {GPU_SIZES[name]}; {TINY_SIZES[name]} with --tiny)."})
-
-
-@dataclass
-class PreflightConfig:
-    """Options of `repro bench gpu`; `resolved()` fills what the mode decides."""
-
-    out: Path = field(default=Path("preflight"), metadata={
-        "help": "Folder: preflight.json, the model, worker logs."})
-    tiny: bool = field(default=False, metadata={
-        "help": "CPU mode (tiny model, 2 gloo processes): for CI."})
-    shape: str = field(default="qwen3-32b-4l", metadata={
-        "help": f"Random-init Qwen3 shape (GPU): {', '.join(SHAPES)}."})
-    processes: int = field(default=0, metadata={
-        "help": "Processes (0: every visible GPU; 2 on CPU)."})
-    lr: float | None = field(default=None, metadata={
-        "help": "Learning rate (default: the paper preset's)."})
-    prompts_per_step: int | None = _size("prompts_per_step", "Prompts per rollout step")
-    group_size: int | None = _size("group_size", "Responses per prompt")
-    minibatches: int | None = _size("minibatches", "Updates per rollout step (K)")
-    max_new_tokens: int | None = _size("max_new_tokens", "Response budget (tokens)")
-    budget_s: float = field(default=420.0, metadata={
-        "help": "Total seconds; each stage has its own too."})
-    budgets: dict[str, float] = field(default_factory=dict, metadata={
-        "help": f"Seconds of a stage over the mode's ({', '.join(GPU_BUDGETS)})."})
-
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.budgets) - set(GPU_BUDGETS))
-        if unknown:
-            raise ValueError(f"PreflightConfig.budgets: unknown stage(s) {unknown}; "
-                             f"stages: {list(GPU_BUDGETS)}")
-
-    def resolved(self) -> PreflightConfig:
-        world = self.processes or (torch.cuda.device_count() if not self.tiny else 2)
-        sizes = TINY_SIZES if self.tiny else GPU_SIZES
-        given = {k: v for k, v in asdict(self).items() if v is not None}
-        base = TINY_BUDGETS if self.tiny else GPU_BUDGETS
-        return PreflightConfig(**(sizes | given | ({"shape": "tiny"} if self.tiny else {}) | {
-            "processes": world, "budgets": base | self.budgets,
-            "lr": self.lr if self.lr is not None else preset()["lr"]}))
-
-
-def preset() -> dict[str, Any]:
-    import yaml
-
-    return yaml.safe_load(PRESET.read_text())["train"]
 
 
 def vllm_available() -> str | None:

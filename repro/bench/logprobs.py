@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from functools import partial
 from typing import Any
 
@@ -27,6 +27,7 @@ from torch import Tensor
 from torch._C._profiler import _EventType
 from torch.profiler import ProfilerActivity, profile
 
+from repro.bench.options import DTYPE_NAMES, LogprobsBenchConfig
 from repro.training.logprobs import naive_token_logprobs_and_entropy, token_logprobs_and_entropy
 
 PATHS: dict[str, Callable[..., tuple[Tensor, Tensor | None]]] = {
@@ -34,44 +35,8 @@ PATHS: dict[str, Callable[..., tuple[Tensor, Tensor | None]]] = {
     "chunked": token_logprobs_and_entropy,
 }
 MEMORY_RATIO_MAX = 0.25  # acceptance: chunked peak <= 25% of naive peak
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 LOGIT_STD = 3.0  # weight scale giving logits of std ~3, a peaked-but-not-degenerate softmax
-
-
-@dataclass
-class LogprobsBenchConfig:
-    """Sizes and repetitions of the log-prob benchmark (defaults: Qwen3-0.6B head, 8k tokens)."""
-
-    vocab: int = field(default=151936, metadata={"help": "Vocabulary size V (Qwen3: 151,936)."})
-    hidden: int = field(default=1024, metadata={"help": "Hidden size H (Qwen3-0.6B: 1,024)."})
-    tokens: int = field(
-        default=8192, metadata={"help": "Response tokens N scored in one call."}
-    )
-    chunk_size: int = field(
-        default=1024, metadata={"help": "Rows per chunk of the chunked path."}
-    )
-    repeats: int = field(
-        default=3, metadata={"help": "Timed rounds per path; the median time is reported."}
-    )
-    dtype: str = field(
-        default="float32",
-        metadata={"help": "dtype of hidden states and weight: float32, bfloat16 or float16 "
-                  "(logits are float32 either way)."},
-    )
-    seed: int = field(default=0, metadata={"help": "Seed of every random input."})
-
-    def __post_init__(self) -> None:
-        for name in ("vocab", "hidden", "tokens", "chunk_size", "repeats", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                self._fail(name, "must be an integer")
-            if value < (0 if name == "seed" else 1):
-                self._fail(name, "must be >= 0" if name == "seed" else "must be >= 1")
-        if self.dtype not in DTYPES:
-            self._fail("dtype", f"must be one of {sorted(DTYPES)}")
-
-    def _fail(self, name: str, rule: str) -> None:
-        raise ValueError(f"{type(self).__name__}.{name} {rule}, got {getattr(self, name)!r}")
 
 
 def measure(fn: Callable[[], Any]) -> tuple[Any, int, float]:

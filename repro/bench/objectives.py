@@ -23,7 +23,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any
 
@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from repro.bench.options import ObjectivesBenchConfig
 from repro.bench.report import print_objectives_report
 from repro.objectives import (
     TRANSFORMS,
@@ -67,83 +68,6 @@ W_LOG_STD = 0.05  # transforms alone: w = exp(0.05 z), as in the issue
 W_WIDE_LOG_STD = 1.0  # transforms alone, wide case: w = exp(z)
 OLD_SEQ_SHIFT = 0.05  # theta_old = theta + 0.05 * z_seq + 0.05 * z_tok: s spreads by a few %
 OLD_TOKEN_NOISE = 0.05
-
-
-@dataclass
-class ObjectivesBenchConfig:
-    """Sizes and repetitions of `repro bench objectives`."""
-
-    seqs: int = field(
-        default=1024, metadata={"help": "Sequences per minibatch (B); a multiple of group_size."}
-    )
-    max_len: int = field(
-        default=4096,
-        metadata={"help": "Padded response length T; lengths are uniform in [max_len/4, max_len]."},
-    )
-    group_size: int = field(default=16, metadata={"help": "Responses per group (at least 2)."})
-    repeats: int = field(
-        default=5, metadata={"help": "Timed rounds per case; the median is reported."}
-    )
-    warmup: int = field(default=1, metadata={"help": "Untimed rounds before the timed ones."})
-    device: str = field(default="cpu", metadata={"help": "torch device, e.g. 'cpu' or 'cuda'."})
-    seed: int = field(default=0, metadata={"help": "Seed of every random input."})
-    threads: int | None = field(
-        default=None,
-        metadata={"help": "torch intra-op CPU threads during the run (None: leave torch's "
-                  "setting). On a small shared CPU, 1 avoids stalls when another process "
-                  "holds a core that a parallel op waits for."},
-    )
-    transform_groups: tuple[int, ...] = field(
-        default=(4096, 65536),
-        metadata={"help": "Group counts at which the transforms are timed alone (each group "
-                  "has group_size rows); the largest / smallest time ratio is reported."},
-    )
-
-    def __post_init__(self) -> None:
-        for name in ("seqs", "max_len", "group_size", "repeats", "warmup", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                self._fail(name, "must be an integer")
-        self._check(self.seqs >= 2, "seqs", "must be >= 2")
-        self._check(self.max_len >= 1, "max_len", "must be >= 1")
-        self._check(self.group_size >= 2, "group_size", "must be >= 2 (a group needs a baseline)")
-        self._check(
-            self.seqs % self.group_size == 0, "seqs",
-            f"must be divisible by group_size={self.group_size}",
-        )
-        self._check(self.repeats >= 1, "repeats", "must be >= 1")
-        self._check(self.warmup >= 0, "warmup", "must be >= 0")
-        self._check(
-            self.threads is None
-            or (isinstance(self.threads, int) and not isinstance(self.threads, bool)
-                and self.threads >= 1),
-            "threads", "must be a positive integer or None",
-        )
-        try:
-            self.transform_groups = tuple(self.transform_groups)
-        except TypeError:
-            self._fail("transform_groups", "must be a sequence of positive integers")
-        self._check(
-            len(self.transform_groups) > 0
-            and all(
-                isinstance(n, int) and not isinstance(n, bool) and n >= 1
-                for n in self.transform_groups
-            ),
-            "transform_groups", "must be a non-empty sequence of positive integers",
-        )
-        try:
-            dev = torch.device(self.device)
-        except (RuntimeError, TypeError):
-            self._fail("device", "is not a valid torch device")
-        if dev.type == "cuda":
-            self._check(torch.cuda.is_available(), "device", "is cuda but CUDA is not available")
-
-    def _check(self, ok: bool, name: str, rule: str) -> None:
-        if not ok:
-            self._fail(name, rule)
-
-    def _fail(self, name: str, rule: str) -> None:
-        raise ValueError(f"{type(self).__name__}.{name} {rule}, got {getattr(self, name)!r}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,8 +29,9 @@ from typing import Any
 import torch
 import yaml
 
+from repro.bench.options import preset
+
 ROOT = Path(__file__).resolve().parents[2]
-PRESET = ROOT / "config" / "presets" / "paper-qwen3-32b.yaml"
 ACCELERATE = ROOT / "config" / "accelerate" / "fsdp2.yaml"
 PROCESSES = 2
 # P/K = 4 groups per update, 2 per process; accumulation 2 gives one whole group per micro-step
@@ -43,7 +44,7 @@ ALGORITHMS = ("dfpo", "gspo")  # each with its objective's defaults (GSPO: the p
 
 
 def preset_lr() -> float:
-    return float(yaml.safe_load(PRESET.read_text())["train"]["lr"])
+    return float(preset()["lr"])
 
 
 def launcher_env(processes: int) -> dict[str, str]:

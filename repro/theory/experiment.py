@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import statistics
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +54,9 @@ from repro.objectives import (
     make_config,
     policy_loss,
 )
-from repro.objectives.base import require
 from repro.results import THEORY
-from repro.theory.policy import TEMPLATE_CONTEXTS, VOCAB, Rollout, TabularPolicy
+from repro.theory.config import TheoryConfig
+from repro.theory.policy import TEMPLATE_CONTEXTS, Rollout, TabularPolicy
 from repro.theory.probes import kl_sum, probe, residual_step, shared_template_net
 
 # label -> (algorithm, config overrides); everything else is the package default. Every
@@ -68,35 +66,6 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     **{name: (name, {}) for name in algorithm_names() if name != "dfpo"},
     **{f"dfpo_{t}": ("dfpo", {"transform": t}) for t in ("min_replace", "orth_proj")},
 }
-
-@dataclass
-class TheoryConfig:
-    """Budget and task knobs of the tabular experiment (identical for every algorithm)."""
-
-    steps: int = field(default=60, metadata={"help": "Rollout batches per algorithm and seed."})
-    seed: int = field(default=0, metadata={"help": "First seed; seeds are seed..seed+n_seeds-1."})
-    n_seeds: int = field(default=3, metadata={"help": "Independent runs per algorithm."})
-    groups: int = field(default=4, metadata={"help": "Groups per rollout batch (one prompt)."})
-    group_size: int = field(default=8, metadata={"help": "Responses per group (G)."})
-    updates: int = field(
-        default=4, metadata={"help": "SGD updates per rollout batch (K); s != 1 from the 2nd."}
-    )
-    lr: float = field(default=1.0, metadata={"help": "SGD learning rate on the logit table."})
-    template_prob: float = field(
-        default=0.97,
-        metadata={"help": "Initial probability of each template token at its context."},
-    )
-
-    def __post_init__(self) -> None:
-        for name in ("steps", "n_seeds", "groups", "updates"):
-            require(getattr(self, name) >= 1, self, name, "must be >= 1")
-        require(self.seed >= 0, self, "seed", "must be >= 0")
-        require(self.group_size >= 2, self, "group_size", "must be >= 2 (a group needs a baseline)")
-        require(math.isfinite(self.lr) and self.lr > 0, self, "lr", "must be finite and > 0")
-        require(
-            1 / VOCAB < self.template_prob < 1, self, "template_prob", f"must be in (1/{VOCAB}, 1)"
-        )
-
 
 def train_on_batch(
     policy: TabularPolicy, cfg: LossConfig, rollout: Rollout, adv: Tensor, updates: int, lr: float

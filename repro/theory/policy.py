@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-VOCAB = 8
+from repro.theory.config import VOCAB
+
 EOS = 0
 TEMPLATE = (1, 2, 3)
 FORM_A = (4, EOS)
