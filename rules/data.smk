@@ -16,6 +16,9 @@ rule sft:
         overrides=jobs.sft_overrides,
         code=CODE["sft"],
     threads: 2
+    # The SFT stages are the run's critical path (every run waits for them) and take both
+    # cores: first, before `theory` and `paper_reference`, which then fill gaps later on.
+    priority: 1
     resources:
         mem_mb=4000,
         runtime="30m",
