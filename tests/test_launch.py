@@ -7,6 +7,7 @@ Nothing here runs on a GPU or a real cluster: no GPU or SLURM was available to t
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -212,16 +213,18 @@ def test_launcher_refuses_to_run_outside_one_task_per_node(tmp_path):
 def test_fsdp2_config_starts_one_process_per_gpu_with_full_state_dict(tmp_path):
     """The single-node launch line on CPU: the config file parses and every process sees FSDP2,
     full state dicts, and bf16 mixed precision (float32 masters, bf16 compute: issue 17)."""
+    # One write per process (the launcher runs them unbuffered: print's text and newline were two
+    # writes, and two ranks' lines once came out as `{...}{...}`), and every object is read out.
     (tmp_path / "show_env.py").write_text(
-        "import json, os\nprint(json.dumps({k: os.environ.get(k) for k in ('RANK', 'WORLD_SIZE',"
-        " 'ACCELERATE_USE_FSDP', 'FSDP_VERSION', 'FSDP_STATE_DICT_TYPE',"
-        " 'ACCELERATE_MIXED_PRECISION')}), flush=True)\n")
+        "import json, os, sys\nsys.stdout.write(json.dumps({k: os.environ.get(k) for k in ('RANK',"
+        " 'WORLD_SIZE', 'ACCELERATE_USE_FSDP', 'FSDP_VERSION', 'FSDP_STATE_DICT_TYPE',"
+        " 'ACCELERATE_MIXED_PRECISION')}) + '\\n')\nsys.stdout.flush()\n")
     cmd = [str(Path(sys.executable).parent / "accelerate"), "launch", *ACCELERATE.split(),
            "--num_processes", "2", "--main_process_port", "0", "-m", "show_env"]
     env = os.environ | {"PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    seen = [yaml.safe_load(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    seen = [json.loads(obj) for obj in re.findall(r"\{[^{}]*\}", proc.stdout)]
     assert sorted(s["RANK"] for s in seen) == ["0", "1"], proc.stdout
     for s in seen:
         assert s["WORLD_SIZE"] == "2" and s["ACCELERATE_USE_FSDP"] == "true", s
