@@ -26,8 +26,10 @@ def git_revision() -> str:
     try:
         sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                                "--untracked-files=no"],
+        # --no-optional-locks: status must not take .git/index.lock to refresh the index; jobs
+        # run it side by side, and one killed meanwhile (timeout, SIGKILL) left a stale lock.
+        dirty = subprocess.run(["git", "--no-optional-locks", "-C", str(root), "status",
+                                "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
