@@ -122,9 +122,10 @@ def test_hf_engine_logprobs_equal_a_teacher_forced_forward(tiny, temperature):
             torch.testing.assert_close(torch.tensor(c.logprobs), ref, atol=1e-4, rtol=1e-4)
 
 
-def test_hf_engine_refuses_logprobs_of_truncated_sampling(tiny):
+def test_hf_engine_refuses_logprobs_of_truncated_sampling_before_generating(tiny, monkeypatch):
     model, tok = tiny
-    with pytest.raises(ValueError, match="truncated sampling"):
+    monkeypatch.setattr(model, "generate", lambda **_: pytest.fail("generated before refusing"))
+    with pytest.raises(ValueError, match="HFEngine: log-probs of truncated sampling"):
         HFEngine(model, tok).generate(prompts_for(tok, 1), SamplingConfig(top_k=20),
                                       return_logprobs=True)
 
@@ -197,7 +198,7 @@ def test_vllm_engine_maps_sampling_and_outputs(monkeypatch):
     from repro.generation.vllm_engine import VLLMEngine
 
     engine = VLLMEngine("some/model", seed=3)
-    sampling = SamplingConfig(top_k=0, n=2, seed=10, max_new_tokens=7)
+    sampling = SamplingConfig(top_p=1.0, top_k=0, n=2, seed=10, max_new_tokens=7)
     out = engine.generate(["a", "b"], sampling, keys=["aime25/1", "aime25/2"], return_logprobs=True)
     params = engine.llm.params
     # one request per sample, each seeded by its own stream (not by its position in the call)
@@ -211,6 +212,8 @@ def test_vllm_engine_maps_sampling_and_outputs(monkeypatch):
     # evaluation renders prompts with the engine's tokenizer; no GPU visible -> one-way TP
     assert engine.tokenizer == "the model's tokenizer"
     assert engine.llm.kwargs["tensor_parallel_size"] == 1
+    # log-probs after temperature, as HFEngine's (vLLM's default is T = 1: test_vllm_logprobs.py)
+    assert engine.llm.kwargs["logprobs_mode"] == "processed_logprobs"
 
 
 def test_vllm_engine_missing_is_a_clear_error(monkeypatch):

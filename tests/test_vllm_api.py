@@ -62,7 +62,7 @@ def test_sampling_params_are_real_and_carry_every_setting(engine):
 
 
 def test_request_outputs_become_completions_grouped_by_prompt(engine):
-    sampling = SamplingConfig(top_k=20, n=2, seed=11, max_new_tokens=5)
+    sampling = SamplingConfig(top_p=1.0, top_k=0, n=2, seed=11, max_new_tokens=5)
     out = engine.generate(["p", "q"], sampling, keys=["hmmt25/1", "hmmt25/2"],
                           return_logprobs=True)
     seeds = [sp.seed for _, sp in engine.llm.requests]
@@ -74,3 +74,16 @@ def test_request_outputs_become_completions_grouped_by_prompt(engine):
     assert first.token_ids == (7, seeds[0] % 1000, 2) and first.finish_reason == "stop"
     assert first.logprobs == (-1.0, -2.0, -3.0)
     assert out[0][1].finish_reason == "length"
+
+
+def test_log_probs_are_asked_of_the_sampled_distribution_and_never_of_a_truncated_one(engine):
+    """vLLM's default log-probs are softmax(logits) at T = 1 (`raw_logprobs`); the engine asks
+    for those after temperature, as HFEngine returns them (test_vllm_logprobs.py measures it),
+    and refuses top_p / top_k / min_p before any request, as HFEngine does."""
+    assert engine.llm.kwargs["logprobs_mode"] == "processed_logprobs"
+    for truncated in ({"top_p": 0.95, "top_k": 0}, {"top_p": 1.0, "top_k": 20},
+                      {"top_p": 1.0, "top_k": 0, "min_p": 0.05}):
+        with pytest.raises(ValueError, match="VLLMEngine: log-probs of truncated sampling"):
+            engine.generate(["p"], SamplingConfig(**truncated), return_logprobs=True)
+    assert engine.llm.requests == []
+    assert engine.generate(["p"], SamplingConfig())[0][0].logprobs is None  # not asked: allowed

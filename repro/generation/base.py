@@ -35,6 +35,14 @@ class SamplingConfig:
     def as_record(self) -> dict[str, Any]:
         return asdict(self)
 
+    def check_logprobs(self, engine: str) -> None:
+        """Refuse truncated sampling where an engine is asked for log-probs: every engine returns
+        those of softmax(logits / T) (T = 1 when greedy), the policy the trainer recomputes, and
+        top_p / top_k / min_p sample from another, renormalised one."""
+        if self.top_p < 1 or self.top_k or self.min_p:
+            raise ValueError(f"{engine}: log-probs of truncated sampling (top_p < 1, top_k, "
+                             "min_p) are not those of softmax(logits / T); sample untruncated")
+
 
 @dataclass(frozen=True)
 class Completion:

@@ -38,6 +38,8 @@ class HFEngine:
         keys = default_keys(len(prompts)) if keys is None else keys
         if len(keys) != len(prompts):
             raise ValueError(f"HFEngine.generate: {len(prompts)} prompts but {len(keys)} keys")
+        if return_logprobs:
+            sampling.check_logprobs("HFEngine")
         out: list[list[Completion]] = []
         for start in range(0, len(prompts), self.batch_size):
             end = start + self.batch_size
@@ -76,9 +78,6 @@ class HFEngine:
         logps = None
         if return_logprobs:  # log-probs of the sampling policy softmax(logits / T), as the
             # trainer recomputes them; greedy has no sampling policy, so T = 1 there
-            if sampling.top_p < 1 or sampling.top_k or sampling.min_p:
-                raise ValueError("HFEngine: log-probs of truncated sampling (top_p < 1, top_k, "
-                                 "min_p) are not those of softmax(logits / T); sample untruncated")
             logits = torch.stack(result.logits, dim=1).float()
             if sampling.temperature > 0:
                 logits = logits / sampling.temperature

@@ -52,6 +52,10 @@ class VLLMEngine:
             max_model_len=max_model_len,
             dtype=dtype,
             seed=seed,
+            # Log-probs of the distribution sampled from (after temperature; the logits as they
+            # are when greedy), as HFEngine returns and the trainer recomputes them. vLLM's
+            # default, raw_logprobs, is softmax(logits) at T = 1 whatever the temperature.
+            logprobs_mode="processed_logprobs",
         )
         self.tokenizer = self.llm.get_tokenizer()  # prompts are rendered with its chat template
 
@@ -76,6 +80,8 @@ class VLLMEngine:
         keys = default_keys(len(prompts)) if keys is None else keys
         if len(keys) != len(prompts):
             raise ValueError(f"VLLMEngine.generate: {len(prompts)} prompts but {len(keys)} keys")
+        if return_logprobs:
+            sampling.check_logprobs("VLLMEngine")
         n = sampling.n
         requests = [prompt for prompt in prompts for _ in range(n)]
         params = [self.sampling_params(sampling, key, j, return_logprobs)
@@ -90,6 +96,6 @@ def to_completion(output: Any, return_logprobs: bool) -> Completion:
     ids = tuple(output.token_ids)
     logprobs = None
     if return_logprobs:
-        logprobs = tuple(step[tok].logprob for step, tok in zip(output.logprobs, ids, strict=False))
+        logprobs = tuple(step[tok].logprob for step, tok in zip(output.logprobs, ids, strict=True))
     reason = "length" if output.finish_reason == "length" else "stop"
     return Completion(text=output.text, token_ids=ids, finish_reason=reason, logprobs=logprobs)
