@@ -1,7 +1,20 @@
 # Where and how jobs run: the --sdm conda environment per engine, the GPU jobs' resources (nodes,
 # per-node gres and the evaluation walltime, from config hardware: and the planner), and the
 # command that starts training (python, `accelerate launch`, or one launcher per node under srun).
+import os
 import re
+import sys
+from pathlib import Path
+
+# Jobs run `python -m repro` from PATH. The interpreter running this workflow comes first on it,
+# so the jobs use the package the parse imported, also where its venv was not activated
+# (`.venv/bin/snakemake`, `.venv/bin/python -m pytest`: the system python lacks the package).
+# Not resolved: a venv's python is a link, and its folder is what makes it the venv. Under
+# --sdm conda each job's shell puts its environment in front of this. Job processes parse the
+# workflow again, hence the check.
+_BIN = str(Path(sys.executable).parent)
+if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
+    os.environ["PATH"] = os.pathsep.join([_BIN, os.environ.get("PATH", "")])
 
 
 def job_env(wildcards) -> str:

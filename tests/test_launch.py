@@ -270,3 +270,16 @@ def test_gpu_stack_pins_agree_in_pyproject_constraints_and_conda_env():
         pinned = requirements(extras["trl"]) | requirements(extras["gpu"])
         if name in pinned:
             assert str(pinned[name].specifier) == str(req.specifier), (name, pinned[name], req)
+
+
+def test_jobs_run_under_the_workflows_python_where_its_venv_is_not_activated(tmp_path):
+    """A job's `python -m repro` is the interpreter that runs Snakemake, not PATH's first python
+    (without rules/launch.smk's PATH entry the job ran the system python: 'No module named
+    typer', or no `python` at all)."""
+    wd = copy_workflow(tmp_path)
+    bare = os.pathsep.join(d for d in ("/usr/bin", "/bin") if Path(d).is_dir())
+    env = os.environ | {"PATH": bare, "PYTHONPATH": str(wd), "VIRTUAL_ENV": ""}
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "paper_reference"],
+                          cwd=wd, env=env, capture_output=True, text=True, timeout=300)
+    ok(proc, wd)
+    assert (wd / "results" / "paper" / "reference.parquet").stat().st_size > 0
