@@ -11,7 +11,12 @@ from pathlib import Path
 # (`.venv/bin/snakemake`, `.venv/bin/python -m pytest`: the system python lacks the package).
 # Not resolved: a venv's python is a link, and its folder is what makes it the venv. Under
 # --sdm conda each job's shell puts its environment in front of this. Job processes parse the
-# workflow again, hence the check.
+# workflow again, hence the check. `envvars` declares PATH, which also hands it on to jobs on other
+# hosts (a SLURM node sees the same venv on the shared file system).
+envvars:
+    "PATH",
+
+
 _BIN = str(Path(sys.executable).parent)
 if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
     os.environ["PATH"] = os.pathsep.join([_BIN, os.environ.get("PATH", "")])
