@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pyarrow.parquet as pq
 import pytest
@@ -32,6 +33,22 @@ def test_round_trip_with_metadata(tmp_path):
     assert json.loads(meta[b"config"]) == {"k": 4}
     assert meta[b"schema_name"] == b"eval_problems" and b"git_revision" in meta
     assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
+
+
+def test_a_process_asks_git_for_its_revision_once(tmp_path, monkeypatch):
+    """Every table records the revision; git is asked once per process, not per table (in a
+    fresh clone a `git status` costs ~0.17 s, and a job or test writes hundreds of tables)."""
+    from repro.results import io
+
+    getattr(io.git_revision, "cache_clear", lambda: None)()  # a fresh process, as it were
+    calls = []
+    run = subprocess.run
+    monkeypatch.setattr(io.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or run(cmd, **kw))
+    for i in range(3):
+        write_table([row()], EVAL_PROBLEMS, tmp_path / f"{i}.parquet")
+    revisions = {pq.read_schema(tmp_path / f"{i}.parquet").metadata[b"git_revision"]
+                 for i in range(3)}
+    assert len(revisions) == 1 and len([c for c in calls if c[0] == "git"]) <= 2, calls
 
 
 def test_nulls_and_missing_columns_are_refused(tmp_path):
