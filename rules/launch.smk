@@ -10,9 +10,10 @@ from pathlib import Path
 # so the jobs use the package the parse imported, also where its venv was not activated
 # (`.venv/bin/snakemake`, `.venv/bin/python -m pytest`: the system python lacks the package).
 # Not resolved: a venv's python is a link, and its folder is what makes it the venv. Under
-# --sdm conda each job's shell puts its environment in front of this. Job processes parse the
-# workflow again, hence the check. `envvars` declares PATH, which also hands it on to jobs on other
-# hosts (a SLURM node sees the same venv on the shared file system).
+# --sdm conda each job's shell activates its environment in front of this (not run: no conda
+# here). Job processes parse the workflow again, hence the check. `envvars` declares PATH, which
+# also hands it on to jobs on other hosts (a SLURM node sees the same venv on the shared file
+# system).
 envvars:
     "PATH",
 

