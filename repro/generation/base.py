@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from repro.generation.streams import default_keys
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -68,3 +70,15 @@ class Engine(Protocol):
         self, prompts: list[str], sampling: SamplingConfig, *, keys: list[str] | None = None,
         return_logprobs: bool = False,
     ) -> list[list[Completion]]: ...
+
+
+def request_keys(engine: str, prompts: list[str], sampling: SamplingConfig,
+                 keys: list[str] | None, return_logprobs: bool) -> list[str]:
+    """The prompts' stream keys (their positions in the call when none are given), after the
+    checks every engine makes before it generates anything."""
+    keys = default_keys(len(prompts)) if keys is None else keys
+    if len(keys) != len(prompts):
+        raise ValueError(f"{engine}.generate: {len(prompts)} prompts but {len(keys)} keys")
+    if return_logprobs:
+        sampling.check_logprobs(engine)
+    return keys

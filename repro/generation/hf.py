@@ -12,9 +12,8 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from repro.generation.base import Completion, SamplingConfig
+from repro.generation.base import Completion, SamplingConfig, request_keys
 from repro.generation.gumbel import sampling_processors
-from repro.generation.streams import default_keys
 
 
 class HFEngine:
@@ -35,11 +34,7 @@ class HFEngine:
         self, prompts: list[str], sampling: SamplingConfig, *, keys: list[str] | None = None,
         return_logprobs: bool = False,
     ) -> list[list[Completion]]:
-        keys = default_keys(len(prompts)) if keys is None else keys
-        if len(keys) != len(prompts):
-            raise ValueError(f"HFEngine.generate: {len(prompts)} prompts but {len(keys)} keys")
-        if return_logprobs:
-            sampling.check_logprobs("HFEngine")
+        keys = request_keys("HFEngine", prompts, sampling, keys, return_logprobs)
         out: list[list[Completion]] = []
         for start in range(0, len(prompts), self.batch_size):
             end = start + self.batch_size

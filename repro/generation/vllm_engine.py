@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from repro.generation.base import Completion, SamplingConfig
-from repro.generation.streams import default_keys, stream_seed
+from repro.generation.base import Completion, SamplingConfig, request_keys
+from repro.generation.streams import stream_seed
 
 
 def _vllm() -> Any:
@@ -77,11 +77,7 @@ class VLLMEngine:
         self, prompts: list[str], sampling: SamplingConfig, *, keys: list[str] | None = None,
         return_logprobs: bool = False,
     ) -> list[list[Completion]]:
-        keys = default_keys(len(prompts)) if keys is None else keys
-        if len(keys) != len(prompts):
-            raise ValueError(f"VLLMEngine.generate: {len(prompts)} prompts but {len(keys)} keys")
-        if return_logprobs:
-            sampling.check_logprobs("VLLMEngine")
+        keys = request_keys("VLLMEngine", prompts, sampling, keys, return_logprobs)
         n = sampling.n
         requests = [prompt for prompt in prompts for _ in range(n)]
         params = [self.sampling_params(sampling, key, j, return_logprobs)
