@@ -1,0 +1,39 @@
+"""What docs/results.md ("What reproduces exactly") says of the committed RL start on another CPU
+model, held against the two committed aggregates: the EPYC's (results/aggregate) and the Intel
+Xeon's run of config/presets/from-committed-start.yaml (results/rerun-intel-xeon-from-start)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+EPYC = ROOT / "results" / "aggregate"
+XEON = ROOT / "results" / "rerun-intel-xeon-from-start" / "aggregate"
+RUN = ["run_algo", "run_model", "run_group_size", "run_seed"]
+
+
+def paired(name: str, keys: list[str]):
+    epyc = pq.read_table(EPYC / name).to_pandas()
+    xeon = pq.read_table(XEON / name).to_pandas()
+    both = epyc.merge(xeon, on=keys, suffixes=("_epyc", "_xeon"), validate="one_to_one")
+    assert len(both) == len(epyc) == len(xeon), name  # the same rows on both sides
+    return both
+
+
+def test_only_the_no_stop_gradient_runs_draw_other_samples():
+    steps = paired("train_curves.parquet", [*RUN, "step"])
+    moved = (steps.gen_tokens_epyc != steps.gen_tokens_xeon) | (
+        steps.reward_mean_epyc != steps.reward_mean_xeon)
+    parted = steps[moved].groupby(["run_algo", "run_seed"]).step.min().to_dict()
+    assert parted == {("dfpo_min_nosg", 0): 25, ("dfpo_min_nosg", 1): 36}
+    assert steps.run_algo.nunique() > 1 and len(steps.groupby(RUN)) == 33
+
+
+def test_every_evaluation_verdict_is_equal():
+    keys = [*RUN, "frac", "checkpoint", "seed", "benchmark", "problem_id", "sample_idx"]
+    samples = paired("eval_samples.parquet", keys)
+    assert (samples.correct_epyc == samples.correct_xeon).all()
+    differ = samples[samples.completion_epyc != samples.completion_xeon]
+    assert len(differ) == 7 and set(differ.run_algo) == {"dfpo_min_nosg"}
