@@ -40,7 +40,7 @@ def test_a_process_asks_git_for_its_revision_once(tmp_path, monkeypatch):
     fresh clone a `git status` costs ~0.17 s, and a job or test writes hundreds of tables)."""
     from repro.results import io
 
-    getattr(io.git_revision, "cache_clear", lambda: None)()  # a fresh process, as it were
+    io.git_revision.cache_clear()  # a fresh process, as it were
     calls = []
     run = subprocess.run
     monkeypatch.setattr(io.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or run(cmd, **kw))
