@@ -150,3 +150,30 @@ def test_a_workflow_parse_imports_neither_torch_nor_transformers(preset):
     done = subprocess.run([sys.executable, "-c", _PARSE, str(ROOT), preset, *heavy], cwd=ROOT,
                           capture_output=True, text=True, check=True)
     assert done.stdout.split() == []
+
+
+def test_the_main_comparison_preset_is_the_from_start_presets_main_grid():
+    """config/presets/main-comparison.yaml runs the main runs of from-committed-start.yaml (the
+    default's RL phase) and nothing else: the same resolved configs, start, evaluations and eval
+    options, in another results folder. Its numbers are those runs' (docs/results.md)."""
+    from types import SimpleNamespace
+
+    part = Jobs(resolved("main-comparison.yaml"))
+    whole = Jobs(resolved("from-committed-start.yaml"))
+    runs = part.run_keys()
+    assert runs == [r for r in whole.run_keys() if r["main"]] and len(runs) == 15
+    assert len(whole.run_keys()) > len(runs)  # the ablations are what it leaves out
+    for run in runs:
+        wildcards = SimpleNamespace(**{k: run[k] for k in ("algo", "model", "group_size", "seed")})
+        assert part.run_config(wildcards) == whole.run_config(wildcards)
+    assert part.eval_options() == whole.eval_options()
+    assert part.config["experiment"] == whole.config["experiment"]
+    assert part.config["report"] == whole.config["report"]
+
+    def relative(paths: list[str], jobs: Jobs) -> list[str]:
+        root = jobs.config["results"] + "/"
+        assert all(p.startswith(root) for p in paths), paths
+        return [p.removeprefix(root) for p in paths]
+
+    assert relative(part.eval_problems(), part) == relative(whole.eval_problems(main_only=True),
+                                                           whole)
