@@ -328,9 +328,12 @@ def test_verdicts_follow_the_preregistered_rules_on_a_synthetic_aggregate(world,
     result = CliRunner().invoke(app, ["aggregate", "--out", str(swapped), "--experiment", "test",
                                       "--baseline", "dfpo_min", "--proposed", "gspo",
                                       "--main-algos", "grpo,gspo,dfpo_min",
-                                      "--group-algos", "dfpo_min,gspo",
+                                      "--group-algos", "dfpo_min,gspo", "--ablation-algos", "",
                                       *map(str, world["files"])])
     assert result.exit_code == 0, result.output
     flipped = {v.pid: v for v in verdicts(load_aggregate(swapped), MODEL)}
     assert flipped["P1"].verdict in (FAILS if got["V"].verdict == HOLDS else NO_LEARNING,)
     assert flipped["P2"].verdict == FAILS
+    # no ablation selected (config/presets/main-comparison.yaml): P7 names no variant
+    assert flipped["P7"].verdict == INCONCLUSIVE and flipped["P7"].numbers == "no paired runs"
+    assert flipped["P7"].claim == "P7: stop-gradient matters (gspo vs a _nosg ablation)"

@@ -191,7 +191,8 @@ def verdicts(agg: Aggregate, model: str) -> list[Verdict]:
                0.8, 0.8, fail_on_tie=False),
         _accuracy(None if nosg is None else compare(_final(agg, model, prop, g),
                                                     _final(agg, model, nosg, g)),
-                  "P7", f"P7: stop-gradient matters ({prop} vs {nosg})", learned),
+                  "P7", f"P7: stop-gradient matters ({prop} vs {nosg or 'a _nosg ablation'})",
+                  learned),
         group_verdict(agg, model, base, prop, learned),
     ]
 
