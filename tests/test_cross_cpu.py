@@ -1,6 +1,8 @@
 """What docs/results.md ("What reproduces exactly") says of the committed RL start on another CPU
-model, held against the two committed aggregates: the EPYC's (results/aggregate) and the Intel
-Xeon's run of config/presets/from-committed-start.yaml (results/rerun-intel-xeon-from-start)."""
+model, held against the committed aggregates: the EPYC's (results/aggregate), the Intel Xeon's run
+of config/presets/from-committed-start.yaml (results/rerun-intel-xeon-from-start), and the Xeon's
+run of config/presets/main-comparison.yaml under AVX2 kernels
+(results/rerun-xeon-avx2-main-comparison)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,18 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 EPYC = ROOT / "results" / "aggregate"
 XEON = ROOT / "results" / "rerun-intel-xeon-from-start" / "aggregate"
+AVX2 = ROOT / "results" / "rerun-xeon-avx2-main-comparison" / "aggregate"
 RUN = ["run_algo", "run_model", "run_group_size", "run_seed"]
 
 
-def paired(name: str, keys: list[str]):
+def paired(name: str, keys: list[str], other: Path = XEON, main_only: bool = False):
+    """The EPYC's rows of aggregate table `name` beside `other`'s (suffixes _epyc, _xeon); with
+    `main_only`, the EPYC's rows of the runs `other` has (it ran the main grid alone)."""
     epyc = pq.read_table(EPYC / name).to_pandas()
-    xeon = pq.read_table(XEON / name).to_pandas()
+    xeon = pq.read_table(other / name).to_pandas()
+    if main_only:
+        runs = set(xeon[RUN].astype(str).itertuples(index=False))  # str: the start's G is null
+        epyc = epyc[[key in runs for key in epyc[RUN].astype(str).itertuples(index=False)]]
     both = epyc.merge(xeon, on=keys, suffixes=("_epyc", "_xeon"), validate="one_to_one")
     assert len(both) == len(epyc) == len(xeon), name  # the same rows on both sides
     return both
@@ -61,3 +69,18 @@ def test_every_accuracy_gain_and_verdict_of_the_tables_is_equal(tmp_path):
                        for line in lines(side, "verdict") if line.startswith("| P")]
                 for side in ("epyc", "xeon")}
     assert verdicts["epyc"] == verdicts["xeon"] and verdicts["epyc"], verdicts
+
+
+def test_the_main_comparison_under_avx2_kernels_draws_the_epycs_samples_everywhere():
+    """All 15 main runs, every step, and every evaluated completion (the start's included)."""
+    steps = paired("train_curves.parquet", [*RUN, "step"], AVX2, main_only=True)
+    assert len(steps.groupby(RUN)) == 15 and steps.run_algo.nunique() == 5
+    assert (steps.gen_tokens_epyc == steps.gen_tokens_xeon).all()
+    assert (steps.reward_mean_epyc == steps.reward_mean_xeon).all()
+    assert (steps.entropy_epyc != steps.entropy_xeon).any()  # other kernels, other floats
+    keys = [*RUN, "frac", "checkpoint", "seed", "benchmark", "problem_id", "sample_idx"]
+    samples = paired("eval_samples.parquet", keys, AVX2, main_only=True)
+    assert len(samples) == 33 * 256 * 4 and set(samples.frac) == {0.0, 0.5, 1.0}
+    assert (samples.completion_epyc == samples.completion_xeon).all()
+    env = pq.read_schema(AVX2 / "runs.parquet").metadata[b"environment"].decode()
+    assert '"cpu_capability": "AVX2"' in env and "Xeon" in env and "EPYC" not in env
