@@ -15,6 +15,7 @@ EPYC = ROOT / "results" / "aggregate"
 XEON = ROOT / "results" / "rerun-intel-xeon-from-start" / "aggregate"
 AVX2 = ROOT / "results" / "rerun-xeon-avx2-main-comparison" / "aggregate"
 RUN = ["run_algo", "run_model", "run_group_size", "run_seed"]
+SAMPLE = [*RUN, "frac", "checkpoint", "seed", "benchmark", "problem_id", "sample_idx"]
 
 
 def paired(name: str, keys: list[str], other: Path = XEON, main_only: bool = False):
@@ -40,8 +41,7 @@ def test_only_the_no_stop_gradient_runs_draw_other_samples():
 
 
 def test_every_evaluation_verdict_is_equal():
-    keys = [*RUN, "frac", "checkpoint", "seed", "benchmark", "problem_id", "sample_idx"]
-    samples = paired("eval_samples.parquet", keys)
+    samples = paired("eval_samples.parquet", SAMPLE)
     assert (samples.correct_epyc == samples.correct_xeon).all()
     differ = samples[samples.completion_epyc != samples.completion_xeon]
     assert len(differ) == 7 and set(differ.run_algo) == {"dfpo_min_nosg"}
@@ -78,8 +78,7 @@ def test_the_main_comparison_under_avx2_kernels_draws_the_epycs_samples_everywhe
     assert (steps.gen_tokens_epyc == steps.gen_tokens_xeon).all()
     assert (steps.reward_mean_epyc == steps.reward_mean_xeon).all()
     assert (steps.entropy_epyc != steps.entropy_xeon).any()  # other kernels, other floats
-    keys = [*RUN, "frac", "checkpoint", "seed", "benchmark", "problem_id", "sample_idx"]
-    samples = paired("eval_samples.parquet", keys, AVX2, main_only=True)
+    samples = paired("eval_samples.parquet", SAMPLE, AVX2, main_only=True)
     assert len(samples) == 33 * 256 * 4 and set(samples.frac) == {0.0, 0.5, 1.0}
     assert (samples.completion_epyc == samples.completion_xeon).all()
     env = pq.read_schema(AVX2 / "runs.parquet").metadata[b"environment"].decode()
