@@ -5,17 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import comparable, hashed_rewards, sharpened_tiny_policy
+from train_helpers import comparable, hashed_rewards, kill_and_resume, sharpened_tiny_policy
 
 from repro.engines.registry import train
 from repro.models import load
@@ -149,27 +144,7 @@ def test_preamble_probes_are_logged_kept_across_a_resume_and_reproducible(tiny_m
 @pytest.mark.slow
 def test_sigkill_and_resume_equals_an_uninterrupted_run(tiny_model, tmp_path):
     config = small(tiny_model, steps=6, checkpoint_every=2, checkpoint_fractions=[1.0])
-    cfg_file = tmp_path / "cfg.json"
-    cfg_file.write_text(json.dumps(config))
-    script = [sys.executable, str(HERE / "train_helpers.py"), str(cfg_file)]
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
-    subprocess.run([*script, str(tmp_path / "whole")], check=True, env=env, capture_output=True)
-
-    killed = tmp_path / "killed"
-    proc = subprocess.Popen([*script, str(killed)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not (killed / "checkpoints" / "step_000002").exists():
-        assert proc.poll() is None and time.time() < deadline, "run ended before its checkpoint"
-        time.sleep(0.05)
-    time.sleep(0.3)  # somewhere inside step 3 or 4: an arbitrary point
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (killed / "final").exists()
-    subprocess.run([*script, str(killed), "--resume"], check=True, env=env, capture_output=True)
-
-    whole = read_table(tmp_path / "whole" / "train_log.parquet", TRAIN_LOG).to_pylist()
-    resumed = read_table(killed / "train_log.parquet", TRAIN_LOG).to_pylist()
+    whole, resumed = kill_and_resume(config, tmp_path)
     assert [r["step"] for r in resumed] == list(range(1, 7))
     assert comparable(resumed) == comparable(whole)  # exact equality, floats included
 

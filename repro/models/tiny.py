@@ -31,7 +31,6 @@ from repro.atomic import atomic_dir
 from repro.models.tiny_config import TinyModelConfig  # torch-free home, re-exported
 from repro.models.tokenizer import build_tokenizer
 
-
 _CLASSES: dict[str, tuple[type[PretrainedConfig], type[PreTrainedModel]]] = {
     "qwen3": (Qwen3Config, Qwen3ForCausalLM),
     "qwen3_moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM),
@@ -84,7 +83,7 @@ def _qwen3_config(cfg: TinyModelConfig, tok: PreTrainedTokenizerFast) -> Pretrai
 def build_tiny(
     cfg: TinyModelConfig, out_dir: str | Path | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
-    """Build a seeded random tiny Qwen3 (dense, MoE or Next) model and its tokenizer (float32, eval mode).
+    """Build a seeded random tiny Qwen3 (dense, MoE or Next) and its tokenizer (float32, eval).
 
     The caller's global torch RNG state is left untouched. If ``out_dir`` is
     given, model, tokenizer and generation config are saved there atomically,
