@@ -111,6 +111,7 @@ def test_aux_loss_equal_in_both_engines_on_the_same_batch(arch, tmp_path):
     the coefficient from the model config by the same rule."""
     trainer, _ = trl_trainer(tmp_path, arch)
     part = trainer._buffered_inputs[0]
+    part["completion_mask"][::2, -3:] = 0  # right padding, as after an early EOS
     ids = torch.cat([part["prompt_ids"], part["completion_ids"]], 1)
     attn = torch.cat([part["prompt_mask"], part["completion_mask"]], 1)
     resp = torch.cat([torch.zeros_like(part["prompt_mask"]), part["completion_mask"]], 1).bool()
