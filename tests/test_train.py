@@ -16,7 +16,7 @@ from repro.engines.registry import train
 from repro.models import load
 from repro.objectives import algorithm_names
 from repro.results import TRAIN_LOG, read_table
-from repro.results.schemas import TRAIN_LOG_PREAMBLE
+from repro.results.schemas import TRAIN_LOG_PREAMBLE, TRAIN_LOG_ROUTER
 from repro.training import rollout
 from repro.training.config import TrainConfig, load_train_config
 
@@ -56,6 +56,7 @@ def test_every_algorithm_runs_and_logs_its_schema(algorithm, objective, tiny_mod
     diagnostics = ("asym", "residual_full")  # NaN where a minibatch has no shared node
     diagnostics += () if algorithm == "dfpo" else ("w_shift",)  # DFPO's transform only
     diagnostics += TRAIN_LOG_PREAMBLE  # tasks with preambles only (test_preamble_probes_...)
+    diagnostics += TRAIN_LOG_ROUTER  # MoE policies only (test_engines_moe)
     assert all(math.isfinite(v) for r in rows for k, v in r.items()
                if isinstance(v, float) and k not in diagnostics)
     assert rows[-1]["gen_tokens_cum"] == sum(r["gen_tokens"] for r in rows)
