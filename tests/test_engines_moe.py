@@ -219,3 +219,20 @@ def test_sft_adds_the_router_loss_and_trains_the_routers(arch, tmp_path):
                            torch.cat([p.detach().flatten() for n, p in
                                       build_tiny(cfg.model)[0].named_parameters()
                                       if n.endswith("mlp.gate.weight")]))
+
+
+def test_one_key_sets_the_coefficient_in_both_engines(policies, tmp_path):
+    """TrainConfig.router_aux_loss_coef reaches TRL as its GRPOConfig field (trl_args may not
+    set it) and the native engine through `router_aux_coef`, which reads it as TRL does."""
+    pytest.importorskip("trl")
+    from repro.engines.trl_args import build_grpo_config
+
+    with pytest.raises(ValueError, match="trl_args.router_aux_loss_coef is set from TrainConfig"):
+        TrainConfig(model="m", engine="trl", trl_args={"router_aux_loss_coef": 0.0})
+    model = load(policies / "qwen3_moe")[0]
+    for value, want in ((None, 0.001), (0.0, 0.0), (0.25, 0.25)):
+        cfg = TrainConfig(model="m", engine="trl", router_aux_loss_coef=value)
+        args = build_grpo_config(cfg, out=tmp_path, world_size=1, steps=1, half_precision=False,
+                                 use_cpu=True)
+        assert args.router_aux_loss_coef == value
+        assert router_aux_coef(model, value) == want
