@@ -30,9 +30,10 @@ from repro.objectives import AdvantageConfig, group_advantages
 from repro.progress import progress
 from repro.training.checkpoint import RunState, load_trainer_state, save_checkpoint
 from repro.training.config import TrainConfig
-from repro.training.logprobs import response_logprobs
+from repro.training.logprobs import response_logprobs, response_logprobs_and_aux
 from repro.training.probes import ProbeSet
 from repro.training.rollout import PromptStream, Rewarder, RolloutBatch, rollout
+from repro.training.router import router_aux_coef
 from repro.training.run import (
     checkpoint_due,
     finish_run,
@@ -59,6 +60,7 @@ class StepContext:
     rewarder: Rewarder
     engine: HFEngine
     n_params: int
+    aux_coef: float  # router load-balancing weight (0.0: dense model, or off)
 
 
 def train_native(
@@ -110,7 +112,8 @@ def step_context(cfg: TrainConfig, policy: str | Path) -> tuple[StepContext, Pro
     rewarder = Rewarder({stream.specs[n].kind for n in stream.names})
     engine = HFEngine(model, tok, batch_size=cfg.prompts_per_step)
     ctx = StepContext(cfg, model, tok, ref, opt, cfg.loss_config(), stream, rewarder, engine,
-                      sum(p.numel() for p in model.parameters()))
+                      sum(p.numel() for p in model.parameters()),
+                      router_aux_coef(model, cfg.router_aux_loss_coef))
     return ctx, probes
 
 
@@ -181,21 +184,29 @@ def minibatch_rows(cfg: TrainConfig, step: int, batch: RolloutBatch) -> list[tup
 
 
 def update_stage(ctx: StepContext, step: int, scored: ScoredRollout) -> list[dict[str, float]]:
-    """The K optimizer updates on the scored rollout; returns each update's metrics."""
+    """The K optimizer updates on the scored rollout; returns each update's metrics. An MoE
+    policy's router loss, `aux_coef x aux_loss` over the minibatch's attended tokens, is added
+    after the objective's loss and diagnostics (`repro.training.router`); `loss` is the
+    objective's alone."""
     cfg, model, batch, ref_logp = ctx.cfg, ctx.model, scored.batch, scored.ref_logp
     args = (batch.input_ids, batch.attention_mask, batch.response_mask)
     updates = []
     for rows, width in minibatch_rows(cfg, step, batch):
         ids, attn, resp = (t[rows, :width] for t in args)
-        logp, _ = response_logprobs(model, ids, attn, resp, chunk_size=cfg.logprob_chunk,
-                                    temperature=cfg.temperature, with_entropy=False)
+        logp, _, aux = response_logprobs_and_aux(
+            model, ids, attn, resp, chunk_size=cfg.logprob_chunk, temperature=cfg.temperature,
+            with_entropy=False, router_aux=ctx.aux_coef != 0)
         loss, metrics = loss_and_diagnostics(
             ctx.loss_cfg, logp, scored.logp_old[rows, :width], resp, scored.adv[rows],
             batch.group[rows], ids, len(ctx.tok),
             ref_logp=None if ref_logp is None else ref_logp[rows, :width], kl_coef=cfg.kl_coef)
+        metrics |= {"loss": float(loss.detach()),
+                    "aux_loss": math.nan if aux is None else float(aux.detach())}
+        if aux is not None:
+            loss = loss + ctx.aux_coef * aux
         ctx.opt.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf)
         ctx.opt.step()
-        updates.append(metrics | {"loss": float(loss.detach()), "grad_norm": float(norm)})
+        updates.append(metrics | {"grad_norm": float(norm)})
     return updates

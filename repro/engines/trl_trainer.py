@@ -187,7 +187,9 @@ class ReproGRPOTrainer(GRPOTrainer):
         global counts (`norm`), so it is not divided again by the accumulation steps
         (TRL marks its loss `loss_is_scaled_for_ga`). MoE models keep transformers' router
         load-balancing loss as TRL adds it (`router_aux_loss_coef` x aux / accumulation steps,
-        averaged over processes by DDP/FSDP); `trl_args.router_aux_loss_coef: 0` drops it."""
+        averaged over processes by DDP/FSDP), after the objective's loss and diagnostics and
+        logged apart as `aux_loss` (repro.training.router); TrainConfig.router_aux_loss_coef
+        sets the coefficient (0 drops it)."""
         prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         group = inputs["group"]
@@ -220,6 +222,7 @@ class ReproGRPOTrainer(GRPOTrainer):
             loss = loss + self.router_aux_loss_coef * aux / self.current_gradient_accumulation_steps
         if self.sink is not None:
             ent = entropy.detach()[mask]
-            self.sink.update(metrics | {"loss": policy},
+            self.sink.update(metrics | {"loss": policy, "aux_loss": (
+                                 float("nan") if aux is None else float(aux.detach()))},
                              entropy_sum=float(ent.double().sum()), entropy_n=int(ent.numel()))
         return loss

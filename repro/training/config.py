@@ -94,6 +94,13 @@ class TrainConfig:
         default=0.0,
         metadata={"help": "k3 KL to the initial policy (0 = off, no reference model)."},
     )
+    router_aux_loss_coef: float | None = field(
+        default=None,
+        metadata={"help": "MoE policies: weight of transformers' router load-balancing loss "
+                  "added to the objective's loss (logged as aux_loss, kept out of the "
+                  "objective's diagnostics); null = the model config's own "
+                  "(router_aux_loss_coef, 0.001 for Qwen3-Next-80B), 0 = off. Both engines."},
+    )
     steps: int = field(default=40, metadata={"help": "Rollout batches (steps) to train."})
     token_budget: int | None = field(
         default=None,
@@ -168,6 +175,8 @@ class TrainConfig:
         need(self.top_k == 0, "top_k", "must be 0 in training (truncated sampling is not "
              "accounted for in the log-probs)")
         need(self.lr > 0, "lr", "must be > 0")
+        need(self.router_aux_loss_coef is None or self.router_aux_loss_coef >= 0,
+             "router_aux_loss_coef", "must be >= 0 or null")
         need(self.kl_coef >= 0 and self.grad_clip >= 0 and self.weight_decay >= 0, "kl_coef",
              "kl_coef, grad_clip and weight_decay must be >= 0")
         need(self.token_budget is None or self.token_budget > 0, "token_budget",

@@ -18,6 +18,7 @@ OWNED = (
     "temperature", "top_p", "top_k", "max_completion_length", "beta", "loss_type", "epsilon",
     "epsilon_high", "scale_rewards", "importance_sampling_level", "report_to", "logging_steps",
     "save_strategy", "remove_unused_columns", "use_cpu", "cast_lm_head_to_fp32", "optim",
+    "router_aux_loss_coef",
 )
 
 # Options that change the objective or the sampling distribution; value -> why it is refused.
