@@ -34,10 +34,12 @@ from repro.training.logprobs import response_logprobs  # noqa: E402
 from repro.training.trl_options import OWNED, REFUSED  # noqa: E402
 
 P, G, K = 4, 4, 2
-# every registered algorithm with its defaults (DFPO: min_replace), and DFPO's projection
+# every registered algorithm with its defaults (DFPO: min_replace), DFPO's projection and the
+# group-mean control (issue 38)
 ALGORITHMS = [(name, {}) for name in algorithm_names()] + [
     ("dfpo", {"transform": "orth_proj"}),
-    ("dfpo", {"transform": "orth_proj", "sequence_ratio": "product"})]
+    ("dfpo", {"transform": "orth_proj", "sequence_ratio": "product"}),
+    ("dfpo", {"transform": "group_mean", "sequence_ratio": "product"})]
 
 
 def hashed(prompts, completions, **_):
