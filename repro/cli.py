@@ -133,7 +133,7 @@ def train(
 ) -> None:
     """RL-train a policy. Extra arguments are KEY=VALUE overrides of the config, e.g.
     `algorithm=dfpo objective.transform=orth_proj steps=40` (fields: see TrainConfig)."""
-    from repro.engines.registry import train as run_train
+    from repro.engines.registry import train_and_export
     from repro.training.config import load_train_config
 
     try:
@@ -142,16 +142,8 @@ def train(
         typer.echo(f"repro train: {err}", err=True)
         raise typer.Exit(2) from None
     _set_threads(threads)
-    run_train(cfg, out, label=label, resume=resume, fingerprint=fingerprint)
-    if export is not None:  # once, by the main process of a multi-process (accelerate) run
-        from accelerate import PartialState
-
-        from repro.training.export import export_run
-
-        dist = PartialState()
-        if dist.is_main_process:
-            export_run(out, export)
-        dist.wait_for_everyone()
+    train_and_export(cfg, out, export=export, label=label, resume=resume,
+                     fingerprint=fingerprint)
 
 
 EVAL_EXPAND = {"sampling": (SamplingConfig, SAMPLING_KEYS)}

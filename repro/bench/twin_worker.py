@@ -184,11 +184,23 @@ def reference(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
 
 
 def train(argv: list[str]) -> None:
-    from repro.cli import app
-    from repro.training import rollout
+    """`repro train --out --config [--export] [--resume]` with hashed rewards, in-process
+    through the engine registry (not the CLI: bench sits below it in the import graph)."""
+    import argparse
 
+    from repro.engines.registry import train_and_export
+    from repro.training import rollout
+    from repro.training.config import load_train_config
+
+    parser = argparse.ArgumentParser(prog="twin_worker train")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--export", type=Path)
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args(argv)
     rollout.Rewarder.__call__ = _hashed_rewarder
-    app(["train", *argv], standalone_mode=False)
+    train_and_export(load_train_config(args.config, []), args.out, export=args.export,
+                     resume=args.resume)
 
 
 if __name__ == "__main__":
