@@ -315,13 +315,21 @@ def _close_report(command: str, path: Path, report: dict, prefix: str = "") -> N
 @bench_app.command("twin")
 def bench_twin(
     out: Annotated[Path, typer.Option(help="Folder: twin.json, runs/<algo>/, logs.")],
+    model: Annotated[str, typer.Option(
+        help="tiny (dense Qwen3), tiny-moe (Qwen3-MoE) or tiny-next (Qwen3-Next: DeltaNet + "
+             "gated attention, routed and shared experts): the 80B preset's architecture.")]
+    = "tiny",
 ) -> None:
     """CPU twin of the paper-scale stack: 2 processes (torchrun, gloo), the TRL engine through
     accelerate's FSDP2, the paper preset's lr and precision, checkpoint, kill, resume, export.
     Exits 1 when an acceptance check fails (listed in twin.json's `failures`)."""
-    from repro.bench.twin import run_twin
+    from repro.bench.twin import TWIN_MODELS, run_twin
 
-    report = run_twin(out)
+    if model not in TWIN_MODELS:
+        typer.echo(f"repro bench twin: unknown --model {model!r}; known: {sorted(TWIN_MODELS)}",
+                   err=True)
+        raise typer.Exit(2)
+    report = run_twin(out, model)
     _close_report("repro bench twin", out / "twin.json", report)
 
 

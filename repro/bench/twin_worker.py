@@ -118,7 +118,9 @@ def reference(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
     sharding = {"dtensor_params": all(isinstance(p, DTensor) for p in params),
                 "master_dtypes": sorted({str(p.dtype) for p in params})}
     seen: dict[str, str] = {}
-    layer = policy.model.layers[0].mlp.down_proj  # its weight's dtype inside forward = compute
+    # its weight's dtype inside forward = compute; the last layer has full attention in every
+    # architecture (Qwen3-Next's first layers are DeltaNet, its MLPs routed experts)
+    layer = policy.model.layers[-1].self_attn.o_proj
     hook = layer.register_forward_pre_hook(lambda m, a: seen.update(compute=str(m.weight.dtype)))
     policy.train()
     trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps
