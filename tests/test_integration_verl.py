@@ -161,6 +161,7 @@ REFUSALS = [
      r"^loss_mode=dfpo_orth refuses actor\.loss_agg_mode=seq-mean-token-mean"),
     ("grpo_fix", {}, {"low": 0.2, "high": 0.28}, "token-mean",
      r"^loss_mode=grpo_fix clips symmetrically: set actor\.clip_ratio_low"),
+    ("repro_grpo", {}, {}, "token-sum", r"loss_agg_mode must be one of .*got 'token-sum'"),
 ]
 
 

@@ -19,7 +19,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from repro.objectives import Minibatch, Normalisers, get_algorithm, make_config, policy_loss
+from repro.objectives import (
+    LossConfig,
+    Minibatch,
+    Normalisers,
+    get_algorithm,
+    make_config,
+    policy_loss,
+)
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -48,8 +55,9 @@ def clip_ratios(config: Any) -> tuple[float, float]:
     return (default if low is None else low), (default if high is None else high)
 
 
-def loss_config(mode: str, loss_agg_mode: str, config: Any):
-    """The repro config for a verl loss mode, with verl's clip range and aggregation."""
+def loss_config(mode: str, loss_agg_mode: str, config: Any) -> LossConfig:
+    """The repro config for a verl loss mode, with verl's clip range and aggregation (verl's
+    `token-sum` is no mode of the suite: make_config refuses it, naming the options)."""
     algorithm, fixed = LOSS_MODES[mode]
     fields: dict[str, Any] = {"loss_agg_mode": loss_agg_mode,
                               "loss_norm_length": config.get("loss_scale_factor"), **fixed}
