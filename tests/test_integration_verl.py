@@ -204,3 +204,52 @@ def test_the_documented_command_uses_verl_keys():
     core_algos.get_policy_loss_fn(overrides["actor_rollout_ref.actor.policy_loss.loss_mode"])
     assert overrides["trainer.balance_batch"] == "False"
     assert len(overrides) >= 10
+
+
+def verl_worker_loss(mode: str, batch: dict, info: dict):
+    """(loss, d loss / d log_prob, metrics) through verl's actor loss `ppo_loss`
+    (verl.workers.utils.losses), the worker's call site: it takes the model's log-probs
+    unpadded (prompt and response of each row packed back to back, response token t at
+    offset prompt_len - 1 + t), fills `global_batch_info` and calls the registered loss."""
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.config.actor import PolicyLossConfig
+    from verl.workers.utils.losses import ppo_loss
+
+    mask = batch["response_mask"]
+    rows, length = mask.shape
+    prompt = 3
+    logp = batch["log_prob"].clone().requires_grad_(True)
+    pad = logp.new_zeros(prompt)
+    packed = torch.cat([torch.cat([pad[:prompt - 1], logp[i, :int(mask[i].sum())], pad[:1]])
+                        for i in range(rows)])
+    data = TensorDict({
+        "prompts": torch.ones(rows, prompt, dtype=torch.long),
+        "responses": torch.ones(rows, length, dtype=torch.long),
+        "attention_mask": torch.cat([torch.ones(rows, prompt, dtype=torch.long), mask.long()], 1),
+        "response_mask": mask, "old_log_probs": batch["old_log_prob"],
+        "advantages": batch["advantages"]}, batch_size=[rows])
+    tu.assign_non_tensor(data, dp_size=info.get("dp_size", 1),
+                         batch_num_tokens=info.get("batch_num_tokens"),
+                         global_batch_size=info.get("global_batch_size"))
+    config = actor_config(policy_loss=PolicyLossConfig(loss_mode=mode))
+    loss, metrics = ppo_loss(config, {"log_probs": packed}, data)
+    (grad,) = torch.autograd.grad(loss, logp)
+    return loss.detach(), grad, metrics
+
+
+@pytest.mark.parametrize("info", [{}, GLOBAL], ids=["local", "global_batch_info"])
+def test_verls_worker_loss_calls_the_plugin(info):
+    """Through verl's own actor loss: repro_grpo gives vanilla's loss and gradient, and
+    dfpo_min what the registered function gives on the padded tensors."""
+    batch = make_batch(5)
+    loss, grad, metrics = verl_worker_loss("repro_grpo", batch, info)
+    ref_loss, ref_grad, _ = verl_worker_loss("vanilla", batch, info)
+    assert torch.allclose(loss, ref_loss, rtol=1e-12) and torch.allclose(grad, ref_grad,
+                                                                         rtol=1e-12, atol=0)
+    assert float(grad.abs().max()) > 0
+    loss, grad, metrics = verl_worker_loss("dfpo_min", batch, info)
+    direct_loss, direct_grad, _ = run("dfpo_min", batch, "token-mean",
+                                      actor_config(global_batch_info=dict(info)))
+    assert torch.equal(loss, direct_loss) and torch.equal(grad, direct_grad)
+    assert {"actor/pg_loss", "actor/pg_clipfrac", "dfpo/s_spread"} <= set(metrics)
