@@ -158,9 +158,9 @@ REFUSALS = [
     ("dfpo_min", {"groups": 1}, {"n": 6}, "token-mean", r"^a DFPO loss needs whole groups.*"
      r"rollout\.n=6 \(set trainer\.balance_batch=False"),
     ("dfpo_orth", {}, {}, "seq-mean-token-mean",
-     r"^loss_mode=dfpo_orth refuses actor\.loss_agg_mode=seq-mean-token-mean"),
+     r"^loss_mode=dfpo_orth refuses actor_rollout_ref\.actor\.loss_agg_mode=seq-mean-token-mean"),
     ("grpo_fix", {}, {"low": 0.2, "high": 0.28}, "token-mean",
-     r"^loss_mode=grpo_fix clips symmetrically: set actor\.clip_ratio_low"),
+     r"^loss_mode=grpo_fix clips symmetrically: set actor_rollout_ref\.actor\.clip_ratio_low"),
     ("repro_grpo", {}, {}, "token-sum", r"loss_agg_mode must be one of .*got 'token-sum'"),
 ]
 

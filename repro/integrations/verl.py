@@ -17,6 +17,7 @@ groups (repro_grpo, repro_gspo, grpo_fix) use the groups for metrics only.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from repro.objectives import (
@@ -66,8 +67,8 @@ def loss_config(mode: str, loss_agg_mode: str, config: Any) -> LossConfig:
         fields.update(eps_low=low, eps_high=high)
     elif algorithm == "grpo_fix":
         if low != high:
-            raise ValueError(f"loss_mode=grpo_fix clips symmetrically: set actor.clip_ratio_low "
-                             f"== actor.clip_ratio_high, got {low} and {high}")
+            raise ValueError("loss_mode=grpo_fix clips symmetrically: set actor_rollout_ref.actor."
+                             f"clip_ratio_low == clip_ratio_high, got {low} and {high}")
         fields["eps"] = low
     return make_config(algorithm, **fields)
 
@@ -102,12 +103,11 @@ def verl_loss(mode: str, old_log_prob: Tensor, log_prob: Tensor, advantages: Ten
               response_mask: Tensor, loss_agg_mode: str = "token-mean", config: Any = None,
               rollout_is_weights: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
     """One verl policy-loss call for `mode`, computed by repro.objectives.policy_loss."""
-    import math
-
     couples = get_algorithm(LOSS_MODES[mode][0]).couples_groups
     if couples and loss_agg_mode == "seq-mean-token-mean":
-        raise ValueError(f"loss_mode={mode} refuses actor.loss_agg_mode=seq-mean-token-mean: its "
-                         "per-sequence 1/|y_i| breaks DFPO's cancellation of shared tokens")
+        raise ValueError(f"loss_mode={mode} refuses actor_rollout_ref.actor.loss_agg_mode="
+                         "seq-mean-token-mean: its per-sequence 1/|y_i| breaks DFPO's "
+                         "cancellation of shared tokens")
     if rollout_is_weights is not None:
         raise ValueError(f"loss_mode={mode} refuses rollout_is_weights (algorithm."
                          "rollout_correction): per-token weights break the objective's "
