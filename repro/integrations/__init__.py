@@ -1,0 +1,1 @@
+"""Adapters that plug the suite's objectives (repro.objectives) into other trainers."""
