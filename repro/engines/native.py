@@ -6,10 +6,10 @@ engine's), all at the sampling temperature (logits / T, as TRL does: the policy 
 with `behaviour_temperature` the sampler and logp_old use T_b while the loss scores at T, a
 controlled off-policy dose; with `sampler_dtype` a bf16 copy of the policy samples and gives
 logp_old, a realistic one), then `epochs` passes of K updates on minibatches of whole groups
-with `policy_loss` (AdamW, grad-norm clipping, optional k3 KL). Diagnostics come from c = -dL/dlogp of each
-update's own loss. One Parquet row per step; checkpoints at `checkpoint_every` steps and at
-budget fractions; with `resume=True` a killed run continues from its newest checkpoint and ends
-bit-identical on CPU.
+with `policy_loss` (AdamW, grad-norm clipping, optional k3 KL). Diagnostics come from
+c = -dL/dlogp of each update's own loss. One Parquet row per step; checkpoints at
+`checkpoint_every` steps and at budget fractions; with `resume=True` a killed run continues from
+its newest checkpoint and ends bit-identical on CPU.
 """
 
 from __future__ import annotations
