@@ -74,13 +74,18 @@ def test_epochs_repeat_the_updates_on_fresh_permutations(tiny_model, tmp_path, h
 
 
 def test_bf16_sampler_moves_s_off_one_at_k1(tiny_model, tmp_path, hashed):
-    """K = 1: the policy's own logp_old gives s == 1 exactly; a bf16 copy's gives a spread."""
+    """K = 1: the policy's own logp_old gives s == 1 exactly; a bf16 copy's gives a spread, and
+    the off-policy readings follow (w_dev from the objectives' metrics, log_ratio_mean = -ppo_kl
+    of update 1, the only one here)."""
     kw = {"minibatches": 1, "lr": 1e-30}
     train(TrainConfig(**small(tiny_model, **kw)), tmp_path / "fp32")
     train(TrainConfig(**small(tiny_model, sampler_dtype="bfloat16", **kw)), tmp_path / "bf16")
     fp32, bf16 = log(tmp_path / "fp32"), log(tmp_path / "bf16")
     assert all(r["s_spread"] == 0 and r["s_spread_product"] == 0 for r in fp32)
     assert all(r["s_spread_product"] > 0 for r in bf16)
+    assert all(r["log_ratio_mean"] == 0 and r["w_dev"] == 0 for r in fp32)
+    assert all(r["w_dev"] > 0 and r["log_ratio_mean"] != 0 for r in bf16)
+    assert all(r["log_ratio_mean"] == -r["ppo_kl"] for r in bf16)
 
 
 @pytest.mark.parametrize(("key", "value", "engine"), [
@@ -90,3 +95,4 @@ def test_refusals_are_one_line_naming_the_key(key, value, engine):
     with pytest.raises(ValueError, match=f"TrainConfig.{key} ") as err:
         TrainConfig(model="m", engine=engine, **{key: value})
     assert "\n" not in str(err.value)
+
