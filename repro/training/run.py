@@ -22,7 +22,8 @@ from repro.training.probes import ProbeSet, kl_between, preamble_drift
 from repro.training.rollout import PromptStream
 
 MEAN_KEYS = ("loss", "clip_frac", "ppo_kl", "w_mean", "neg_weight_frac", "s_spread", "asym",
-             "residual_full", "freq_energy", "grad_norm", *TRAIN_LOG_ADDED, *TRAIN_LOG_ROUTER)
+             "residual_full", "freq_energy", "grad_norm", "w_dev", *TRAIN_LOG_ADDED,
+             *TRAIN_LOG_ROUTER)
 
 
 def prompts_and_probes(cfg: TrainConfig, tok) -> tuple[PromptStream, ProbeSet | None]:
@@ -90,6 +91,7 @@ def step_row(cfg: TrainConfig, state: RunState, n_params: int, has_ref: bool,
         "entropy": entropy,
         "w_min": min(u["w_min"] for u in updates), "w_max": max(u["w_max"] for u in updates),
         "zero_adv_frac": zero_adv_frac, "lr": cfg.lr,
+        "log_ratio_mean": -updates[0]["ppo_kl"],  # the first update: the sampler's bias
         "grader_errors": float(grader_errors),
         "time_rollout": time_rollout, "time_update": time_update,
     } | {k: nanmean([u[k] for u in updates]) for k in MEAN_KEYS}
