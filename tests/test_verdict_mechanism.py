@@ -19,14 +19,10 @@ from job_files import write_eval_files
 from typer.testing import CliRunner
 
 from repro.cli import app
+from repro.evaluation.stats import holm
 from repro.reporting.load import load_aggregate
-from repro.reporting.verdict import FAILS, HOLDS, INCONCLUSIVE
-from repro.reporting.verdict_mechanism import (
-    INVALID,
-    NOT_AFTER_HOLM,
-    holm,
-    mechanism_verdict_tables,
-)
+from repro.reporting.verdict import FAILS, HOLDS, INCONCLUSIVE, verdict_tables
+from repro.reporting.verdict_spec import spec_for
 from repro.results import TRAIN_LOG, write_table
 from repro.results.schemas import TRAIN_LOG_METRICS, TRAIN_LOG_TIMING
 
@@ -34,6 +30,8 @@ MODELS, MAIN_SEEDS, FRACS = ("m0", "m1", "m2"), (0, 1), (0.25, 0.5, 0.75, 1.0)
 PROBLEMS, K, STEPS = 16, 2, 8
 MAIN = ("grpo", "gspo", "dfpo_min_prod", "dfpo_none_prod", "dfpo_global_prod")
 ABLATIONS = ("dfpo_orth_prod", "dfpo_orth_plain_prod", "dfpo_min", "gspo_noclip", "gspo_tokmean")
+SPEC = spec_for("mechanism-study")  # repro/reporting/predictions/preregistration-2.yaml
+INVALID, NOT_AFTER_HOLM = SPEC.gates[0].label, SPEC.holm["accuracy"][1]
 
 
 def hive(root: Path, kind: str, algo: str, model: str, seed: int, g: int | None) -> Path:
@@ -101,7 +99,7 @@ def build(root: Path, spread: float) -> tuple[Path, dict]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     out, truth = build(tmp_path_factory.mktemp("mech"), spread=0.5)
-    table = mechanism_verdict_tables(load_aggregate(out))[0]
+    table = verdict_tables(load_aggregate(out))[0]
     return {row[0]: row for row in table.rows}, truth
 
 
@@ -133,7 +131,7 @@ def test_rules_can_fail_and_stay_inconclusive(world):
 
 def test_a_regime_without_spread_is_invalid_not_failed(tmp_path):
     out, _ = build(tmp_path, spread=0.001)
-    rows = {r[0]: r for r in mechanism_verdict_tables(load_aggregate(out))[0].rows}
+    rows = {r[0]: r for r in verdict_tables(load_aggregate(out))[0].rows}
     assert rows["G1"][-1] == FAILS
     assert {rows[p][-1] for p in ("P1", "P2", "P5", "P6a", "P7", "P9")} == {INVALID}
 
