@@ -72,8 +72,8 @@ def test_a_registered_experiment_must_have_its_registered_settings(aggregates):
     spec = spec_for("tiny-study")
     assert spec.registered_for == "tiny-study" and spec.settings["threshold"] == 0.45
     other = dataclasses.replace(agg, study=dataclasses.replace(agg.study, threshold=0.35))
-    with pytest.raises(SpecError, match=r"preregistration\.yaml: settings\.threshold: "
-                                        r"registered 0\.45, but the tiny-study aggregate has 0\.35"):
+    with pytest.raises(SpecError, match=r"preregistration\.yaml: settings\.threshold: registered "
+                       r"0\.45, but the tiny-study aggregate has 0\.35"):
         evaluate(other, spec)
     no_nosg = dataclasses.replace(agg, study=dataclasses.replace(
         agg.study, ablation_algos=("dfpo_global",)))
@@ -248,7 +248,7 @@ def test_a_file_that_cannot_be_tested_fails_naming_file_and_key(tmp_path, change
 def test_two_files_for_one_experiment_are_refused(tmp_path):
     for name in ("a.yaml", "b.yaml"):
         (tmp_path / name).write_text((PREDICTIONS / "preregistration-2.yaml").read_text())
-    with pytest.raises(SpecError, match="a.yaml, b.yaml all claim experiment 'mechanism-study'"):
+    with pytest.raises(SpecError, match=r"a\.yaml, b\.yaml all claim experiment 'mechanism-study'"):
         spec_for("mechanism-study", tmp_path)
     with pytest.raises(SpecError, match="no predictions file for experiment 'tiny'"):
         spec_for("tiny", tmp_path)

@@ -249,7 +249,10 @@ def evaluate(agg: Aggregate, spec: Spec) -> list[Verdict]:
 def verdict_tables(agg: Aggregate) -> list[Table]:
     """The verdict table of the aggregate's experiment, and the descriptive tables its
     predictions file adds."""
-    spec = spec_for(agg.study.experiment)
+    return verdict_tables_of(agg, spec_for(agg.study.experiment))
+
+
+def verdict_tables_of(agg: Aggregate, spec: Spec) -> list[Table]:
     rows = evaluate(agg, spec)
     blocks = list(dict.fromkeys(v.block for v in rows))
     column = [] if len(blocks) <= 1 else ["model" if spec.per_model else spec.subset_column]
