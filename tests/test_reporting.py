@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from repro.cli import app
 from repro.reporting.aggregate import path_keys
+from repro.reporting.figures import FIGURES
 from repro.reporting.load import load_aggregate
 from repro.reporting.scores import compare, estimate
 from repro.reporting.study import Study
@@ -240,7 +241,7 @@ def test_figures_are_truetype_and_reproducible(world, tmp_path, caplog):
                                      "--out", str(tmp_path / name)])
         assert result.exit_code == 0, result.output
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
-    assert len(files) == 12 and all(p.endswith((".pdf", ".png")) for p in files)
+    assert len(files) == 2 * len(FIGURES) and all(p.endswith((".pdf", ".png")) for p in files)
     for name in files:
         data = (tmp_path / "a" / name).read_bytes()
         assert data == (tmp_path / "b" / name).read_bytes(), name
