@@ -16,9 +16,10 @@ import pyarrow as pa
 from repro.diagnostics.curves import moving_average
 from repro.evaluation.stats import unit_band
 from repro.reporting.load import Aggregate, SeedScores
-from repro.reporting.scores import Estimate, estimate, pool
+from repro.reporting.scores import Estimate, estimate
 from repro.reporting.study import INIT_ALGO, INIT_FRAC
 from repro.reporting.tables_train import nanmean
+from repro.reporting.verdict_metrics import pooled_scope, unit_scores
 
 GRID_POINTS = 100  # common x grid of curves against cumulative tokens
 
@@ -90,9 +91,7 @@ class Budget:
 
 def pooled_runs(agg: Aggregate, algo: str, group_size: int | None, frac: float) -> SeedScores:
     """"model/seed" -> "benchmark/problem" -> avg, over every model and benchmark."""
-    return {f"{m}/{s}": v for m in agg.models()  # type: ignore[misc]
-            for s, v in pool({b: agg.seed_scores(m, algo, b, group_size, frac)
-                              for b in agg.benchmarks()}).items()}
+    return unit_scores(agg, pooled_scope(agg), algo, group_size, frac)  # type: ignore[return-value]
 
 
 def budget_curves(agg: Aggregate, algos: Sequence[str]) -> tuple[Budget | None, list[Budget]]:

@@ -53,18 +53,26 @@ def pooled_scope(agg: Aggregate) -> Scope:
     return Scope((Part(tuple(agg.models())),), by_seed=False)
 
 
+def unit_scores(agg: Aggregate, scope: Scope, algo: str, group_size: int | None,
+                frac: float) -> UnitScores:
+    """unit -> "benchmark/problem" -> avg@k of `algo` at (G, frac), pooled over benchmarks."""
+    out: UnitScores = {}
+    for part, model, label in scope.runs(algo):
+        scores = pool({b: agg.seed_scores(model, label, b, group_size, frac)
+                       for b in agg.benchmarks()})
+        out |= {scope.key(part, model, seed): v for seed, v in scores.items()}
+    return out
+
+
 def final_scores(agg: Aggregate, scope: Scope, arm: str, group_size: int | None = None
                  ) -> UnitScores:
     """unit -> problem -> avg@k at the final fraction, pooled over benchmarks (the start: frac
     0, no group size)."""
-    g, frac = ((None, INIT_FRAC) if arm == START
-               else (group_size or agg.study.main_group_size, agg.study.final_frac))
-    out: UnitScores = {}
-    for part, model, label in scope.runs(arm):
-        algo = INIT_ALGO if arm == START else label
-        scores = pool({b: agg.seed_scores(model, algo, b, g, frac) for b in agg.benchmarks()})
-        out |= {scope.key(part, model, seed): v for seed, v in scores.items()}
-    return out
+    if arm == START:  # one start per model, whatever label a subset gives its arms
+        return unit_scores(agg, Scope(tuple(Part(p.models, prefix=p.prefix) for p in scope.parts),
+                                      scope.by_seed), INIT_ALGO, None, INIT_FRAC)
+    return unit_scores(agg, scope, arm, group_size or agg.study.main_group_size,
+                       agg.study.final_frac)
 
 
 def auc_pair(agg: Aggregate, scope: Scope, a: str, b: str) -> tuple[UnitScores, UnitScores]:
