@@ -91,7 +91,7 @@ class Budget:
 
 def pooled_runs(agg: Aggregate, algo: str, group_size: int | None, frac: float) -> SeedScores:
     """"model/seed" -> "benchmark/problem" -> avg, over every model and benchmark."""
-    return unit_scores(agg, pooled_scope(agg), algo, group_size, frac)  # type: ignore[return-value]
+    return unit_scores(agg, pooled_scope(agg), algo, group_size, frac)
 
 
 def budget_curves(agg: Aggregate, algos: Sequence[str]) -> tuple[Budget | None, list[Budget]]:

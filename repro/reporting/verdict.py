@@ -95,7 +95,7 @@ def _test(agg: Aggregate, spec: Spec, scope: Scope, row: Row, expr: str) -> Test
     a = bind(agg, spec, row.A)
     bs = [bind(agg, spec, b) for b in ((row.B,) if isinstance(row.B, str) else row.B or ())]
     b = bs[0] if bs else None
-    no_data = Tested(row, None, lambda s: (row.no_data or spec.no_data).format(**s))
+    no_data = Tested(row, None, lambda s: spec.no_data)
     if a is None or None in bs:
         return no_data
     if row.test == "paired":
@@ -126,7 +126,7 @@ def _test(agg: Aggregate, spec: Spec, scope: Scope, row: Row, expr: str) -> Test
             row.numbers.format(B=x, **o) for x, o in zip(bs, per_other, strict=True)))
     values = [unit_values(agg, scope, x, expr, spec.final_steps) for x in (a, b)]
     stats = (rules.unit_mean(*values, row.difference or "minus") if row.test == "unit_mean"
-             else getattr(rules, row.test)(*values))
+             else {"sign": rules.sign, "ratio": rules.ratio}[row.test](*values))
     return no_data if stats is None else Tested(row, stats, lambda s: row.numbers.format(**s))
 
 
@@ -208,7 +208,7 @@ def _block(agg: Aggregate, spec: Spec, name: str | None, scope: Scope, gated: bo
         verdict = _verdict(t)
         if t.row.family in spec.holm and verdict == HOLDS:
             alpha, label = spec.holm[t.row.family]
-            verdict = label if t.stats["p_holm"] >= alpha else verdict  # type: ignore[index]
+            verdict = label if t.stats["p_holm"] >= alpha else verdict
         verdict = invalid_label or invalid.get(t.row.id, verdict)
         out.append(Verdict(name, t.row.id, _claim(agg, spec, t.row), t.numbers(t.stats or {}),
                            verdict))

@@ -91,7 +91,7 @@ def auc_pair(agg: Aggregate, scope: Scope, a: str, b: str) -> tuple[UnitScores, 
 
 def auc_units(agg: Aggregate, a: str, b: str) -> tuple[SeedScores, SeedScores]:
     """The mechanism study's AUC pair: every model, units "model/seed"."""
-    return auc_pair(agg, pooled_scope(agg), a, b)  # type: ignore[return-value]
+    return auc_pair(agg, pooled_scope(agg), a, b)
 
 
 def score_pair(agg: Aggregate, scope: Scope, metric: str, a: str, b: str,

@@ -20,7 +20,7 @@ Stats = dict[str, float]
 def paired(a: UnitScores, b: UnitScores) -> Stats | None:
     """A - B in points: the mean of per-unit paired differences over the units and problems
     both have, 95% bootstrap over units and problems (scores.compare), two-sided p."""
-    c = compare(a, b)  # type: ignore[arg-type]
+    c = compare(a, b)
     if c is None:
         return None
     return {"diff": c.diff, "lo": c.lo, "hi": c.hi, "p": c.p_value, "units": c.seeds,
@@ -29,7 +29,7 @@ def paired(a: UnitScores, b: UnitScores) -> Stats | None:
 
 def _pairs(a: Mapping[Unit, float], b: Mapping[Unit, float]) -> list[tuple[float, float]]:
     """(A, B) of the units both have, in unit order, where both are finite."""
-    pairs = [(a[u], b[u]) for u in sorted(set(a) & set(b))]  # type: ignore[type-var]
+    pairs = [(a[u], b[u]) for u in sorted(set(a) & set(b))]
     return [(x, y) for x, y in pairs if np.isfinite(x) and np.isfinite(y)]
 
 
@@ -49,7 +49,7 @@ def sign(a: Mapping[Unit, float], b: Mapping[Unit, float]) -> Stats | None:
 
 def ratio(a: Mapping[Unit, float], b: Mapping[Unit, float]) -> Stats | None:
     """Per-unit ratio A / B: how many are below 1 and their mean."""
-    ratios = [a[u] / b[u] for u in sorted(set(a) & set(b))]  # type: ignore[type-var]
+    ratios = [a[u] / b[u] for u in sorted(set(a) & set(b))]
     if not ratios:
         return None
     n, below = len(ratios), sum(r < 1 for r in ratios)
@@ -60,7 +60,7 @@ def ratio(a: Mapping[Unit, float], b: Mapping[Unit, float]) -> Stats | None:
 def unit_mean(a: Mapping[Unit, float], b: Mapping[Unit, float], difference: str) -> Stats | None:
     """The mean over units of D_u (A - B, or log(A / B)), 95% bootstrap over units."""
     diff = log_ratio if difference == "log_ratio" else (lambda x, y: x - y)
-    values = [d for u in sorted(set(a) & set(b))  # type: ignore[type-var]
+    values = [d for u in sorted(set(a) & set(b))
               if math.isfinite(d := diff(a[u], b[u]))]
     if not values:
         return None
@@ -98,7 +98,7 @@ def slope(by_size: Mapping[int, tuple[UnitScores, UnitScores]], min_sizes: int
     bootstrap: every G on the same units and problems, resampled together. Also returns how
     many group sizes have runs of both arms."""
     runs = {g: ab for g, ab in sorted(by_size.items()) if ab[0] and ab[1]}
-    units = (sorted(set.intersection(*(set(a) & set(b) for a, b in runs.values())))  # type: ignore[type-var]
+    units = (sorted(set.intersection(*(set(a) & set(b) for a, b in runs.values())))
              if runs else [])
     if len(runs) < min_sizes or not units:
         return None, len(runs)
@@ -113,4 +113,4 @@ def slope(by_size: Mapping[int, tuple[UnitScores, UnitScores]], min_sizes: int
     lo, hi = 100 * np.quantile(reps @ centred, [.025, .975])
     per_size = ", ".join(f"G{g}: {100 * m:+.1f}" for g, m in zip(sizes, means, strict=True))
     return {"slope": 100 * float(means @ centred), "lo": float(lo), "hi": float(hi),
-            "per_size": per_size, "sizes": len(sizes)}, len(runs)  # type: ignore[dict-item]
+            "per_size": per_size, "sizes": len(sizes)}, len(runs)

@@ -91,7 +91,7 @@ class Row:
     by_model: str | None = None  # template of one model's Δ, listed in `{by_model}`
     difference: str | None = None  # unit_mean: D_u = A - B ("minus") or log(A / B)
     min_sizes: int = 3  # slope: the fewest group sizes with paired runs
-    no_data: str | None = None  # template for "no data" (fields of the test's partial stats)
+    no_data: str | None = None  # slope: what prints with too few group sizes (`{sizes}`)
     invalidates: tuple[str, ...] = ()  # gates: the ids a failed gate relabels ("all": every one)
     label: str | None = None  # gates: the verdict those predictions then read
 
