@@ -17,7 +17,8 @@ from train_helpers import hashed_rewards, sharpened_tiny_policy  # noqa: E402
 
 from repro.engines.registry import train  # noqa: E402
 from repro.engines.trl_args import build_grpo_config, check_grpo_args  # noqa: E402
-from repro.engines.trl_trainer import ReproGRPOTrainer, whole_groups  # noqa: E402
+from repro.engines.trl_dfpo import whole_groups  # noqa: E402
+from repro.engines.trl_trainer import ReproGRPOTrainer  # noqa: E402
 from repro.models import TinyModelConfig, build_tiny, load  # noqa: E402
 from repro.objectives import (  # noqa: E402
     AdvantageConfig,

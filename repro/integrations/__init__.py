@@ -1,1 +1,1 @@
-"""Adapters that plug the suite's objectives (repro.objectives) into other trainers."""
+"""The project's objectives inside other frameworks' trainers (docs/integrations.md)."""
