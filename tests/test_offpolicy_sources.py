@@ -1,8 +1,11 @@
 """Realistic off-policy sources as TrainConfig knobs (issue 38): `epochs` (minibatch reuse, TRL's
-num_iterations / verl's ppo_epochs) and `sampler_dtype` (a bf16 sampler next to an fp32
-trainer). Their defaults keep today's run; each source moves s off 1 where expected."""
+num_iterations / verl's ppo_epochs), `sampler_dtype` (a bf16 sampler next to an fp32
+trainer) and `staleness` (rollouts from the policy d steps behind, as asynchronous trainers).
+Their defaults keep today's run; each source moves s off 1 where expected."""
 
 from __future__ import annotations
+
+import shutil
 
 import pytest
 import torch
@@ -10,9 +13,11 @@ from train_helpers import comparable, hashed_rewards, sharpened_tiny_policy
 
 from repro.engines import core, native
 from repro.engines.registry import train
+from repro.models import load
 from repro.results import TRAIN_LOG, read_table
 from repro.training import rollout
 from repro.training.config import TrainConfig
+from repro.training.logprobs import response_logprobs
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +93,84 @@ def test_bf16_sampler_moves_s_off_one_at_k1(tiny_model, tmp_path, hashed):
     assert all(r["log_ratio_mean"] == -r["ppo_kl"] for r in bf16)
 
 
+def test_staleness_zero_keeps_no_history_and_the_same_log(tiny_model, tmp_path, hashed,
+                                                         monkeypatch):
+    """staleness=0: the policy itself samples (no lagged copy is made) and the log is the one
+    of a config without the key."""
+    real, seen = native.lagged_policy, []
+
+    def spy(model, lagged, d):
+        behind = real(model, lagged, d)
+        seen.append(behind is model and lagged == [])
+        return behind
+
+    monkeypatch.setattr(native, "lagged_policy", spy)
+    train(TrainConfig(**small(tiny_model, staleness=0)), tmp_path / "zero")
+    assert seen == [True, True]
+    monkeypatch.undo()
+    monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
+    train(TrainConfig(**small(tiny_model)), tmp_path / "plain")
+    assert comparable(log(tmp_path / "zero")) == comparable(log(tmp_path / "plain"))
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_stale_rollouts_come_from_the_policy_d_steps_behind(tiny_model, tmp_path, hashed,
+                                                            monkeypatch, d):
+    """K = 1 (every update on-policy without the source): step t's logp_old is the log-prob
+    of the weights at the start of step max(1, t - d), not of the current ones; w_dev is 0 at
+    step 1 (the start samples, nothing was updated yet) and > 0 after; with d = 0 it is 0
+    everywhere."""
+    starts, scored_at = {}, {}
+    real = native.update_stage
+
+    def spy(ctx, step, scored):
+        starts[step] = {k: v.clone() for k, v in ctx.model.state_dict().items()}
+        scored_at[step] = scored
+        return real(ctx, step, scored)
+
+    kw = {"minibatches": 1, "steps": 4}
+    train(TrainConfig(**small(tiny_model, **kw)), tmp_path / "fresh")
+    assert all(r["w_dev"] == 0 for r in log(tmp_path / "fresh"))
+    monkeypatch.setattr(native, "update_stage", spy)
+    train(TrainConfig(**small(tiny_model, staleness=d, **kw)), tmp_path / "stale")
+    rows = log(tmp_path / "stale")
+    assert rows[0]["w_dev"] == 0 and all(r["w_dev"] > 0 for r in rows[1:])
+
+    policy = load(tiny_model)[0].eval()
+
+    def logp_under(weights, scored):
+        policy.load_state_dict(weights)
+        b = scored.batch
+        with torch.no_grad():
+            return response_logprobs(policy, b.input_ids, b.attention_mask, b.response_mask,
+                                     with_entropy=False)[0]
+
+    for step in range(1, 5):
+        scored = scored_at[step]
+        mask = scored.batch.response_mask
+        lagged = logp_under(starts[max(1, step - d)], scored)
+        assert torch.allclose(scored.logp_old[mask], lagged[mask], rtol=0, atol=1e-6)
+        if step > 1:  # the current policy's log-probs are another thing
+            current = logp_under(starts[step], scored)
+            assert (scored.logp_old[mask] - current[mask]).abs().max() > 1e-4
+
+
+def test_stale_run_resumes_to_the_same_log(tiny_model, tmp_path, hashed):
+    """The lagged weights travel in the checkpoint: a d = 2 run resumed from its step-2
+    checkpoint logs what the uninterrupted run logs (step 3 samples with step 1's policy)."""
+    cfg = TrainConfig(**small(tiny_model, staleness=2, steps=4, minibatches=1,
+                              checkpoint_every=1))
+    train(cfg, tmp_path / "whole")
+    shutil.copytree(tmp_path / "whole" / "checkpoints" / "step_000002",
+                    tmp_path / "resumed" / "checkpoints" / "step_000002")
+    train(cfg, tmp_path / "resumed", resume=True)
+    whole, resumed = log(tmp_path / "whole"), log(tmp_path / "resumed")
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4]
+    assert comparable(resumed) == comparable(whole)
+
+
 @pytest.mark.parametrize(("key", "value", "engine"), [
+    ("staleness", -1, "native"), ("staleness", 1, "trl"),
     ("epochs", 0, "native"), ("epochs", 2, "trl"),
     ("sampler_dtype", "float16", "native"), ("sampler_dtype", "bfloat16", "trl")])
 def test_refusals_are_one_line_naming_the_key(key, value, engine):

@@ -42,7 +42,8 @@ OPTIMIZER_DIR = "optimizer"  # a sharded optimizer's state (torch.distributed.ch
 @dataclass
 class RunState:
     """What a checkpoint carries besides weights and optimizer: counters, probe baselines, the
-    log so far, and which budget fractions were saved at which step."""
+    log so far, which budget fractions were saved at which step, and the lagged policies a
+    stale sampler draws from."""
 
     step: int = 0
     gen_cum: int = 0
@@ -52,6 +53,9 @@ class RunState:
     preamble0: Any = None  # the start's PreambleMeasure (tasks with preambles), else None
     log: list[dict[str, Any]] = field(default_factory=list)
     fraction_steps: dict[float, int] = field(default_factory=dict)  # fraction -> step saved
+    # train.staleness = d: the policy's weights (CPU state dicts) at the start of the last d
+    # rollout steps, oldest first; the oldest samples the next rollout. Empty when d = 0.
+    lagged: list[dict[str, Any]] = field(default_factory=list)
 
 
 def save_checkpoint(

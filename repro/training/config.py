@@ -74,6 +74,15 @@ class TrainConfig:
                   "loss scores with the policy itself: a realistic sampler/trainer mismatch, "
                   "s != 1 from the first update. null = the policy samples. Native engine only."},
     )
+    staleness: int = field(
+        default=0,
+        metadata={"help": "d: the rollout of step t is sampled by the policy of d rollout steps "
+                  "earlier (its weights at the start of step t - d; the start's for t <= d), "
+                  "which also gives logp_old, as one-step-off (d = 1) and d = 2 asynchronous "
+                  "trainers run: a realistic off-policy source. The last d policies' weights "
+                  "are kept and checkpointed, so a resumed run continues the same history. "
+                  "0 = on-policy rollouts. Native engine only."},
+    )
     max_new_tokens: int = field(default=64, metadata={"help": "Response budget per sample."})
     temperature: float = field(
         default=1.0,
@@ -179,6 +188,9 @@ class TrainConfig:
         need(self.sampler_dtype in (None, "bfloat16"), "sampler_dtype", "must be null or bfloat16")
         need(self.engine == "native" or self.sampler_dtype is None, "sampler_dtype",
              "is a native-engine option (TRL samples with the trained policy's own weights)")
+        need(self.staleness >= 0, "staleness", "must be >= 0")
+        need(self.engine == "native" or self.staleness == 0, "staleness", "is a native-engine "
+             "option (TRL's GRPOTrainer samples with the current policy's weights)")
         need(self.behaviour_logprobs in ("trainer", "engine"), "behaviour_logprobs",
              "must be 'trainer' or 'engine'")
         need(self.advantage_scale in SCALES, "advantage_scale", f"must be one of {SCALES}")
