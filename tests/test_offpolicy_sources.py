@@ -5,8 +5,10 @@ Their defaults keep today's run; each source moves s off 1 where expected."""
 
 from __future__ import annotations
 
+import math
 import shutil
 
+import pyarrow.parquet as pq
 import pytest
 import torch
 from train_helpers import comparable, hashed_rewards, sharpened_tiny_policy
@@ -14,6 +16,7 @@ from train_helpers import comparable, hashed_rewards, sharpened_tiny_policy
 from repro.engines import core, native
 from repro.engines.registry import train
 from repro.models import load
+from repro.objectives import Minibatch, algorithm_names, make_config, policy_loss
 from repro.results import TRAIN_LOG, read_table
 from repro.training import rollout
 from repro.training.config import TrainConfig
@@ -80,8 +83,7 @@ def test_epochs_repeat_the_updates_on_fresh_permutations(tiny_model, tmp_path, h
 
 def test_bf16_sampler_moves_s_off_one_at_k1(tiny_model, tmp_path, hashed):
     """K = 1: the policy's own logp_old gives s == 1 exactly; a bf16 copy's gives a spread, and
-    the off-policy readings follow (w_dev from the objectives' metrics, log_ratio_mean = -ppo_kl
-    of update 1, the only one here)."""
+    the off-policy readings follow (w_dev and log_ratio_mean from the objectives' metrics)."""
     kw = {"minibatches": 1, "lr": 1e-30}
     train(TrainConfig(**small(tiny_model, **kw)), tmp_path / "fp32")
     train(TrainConfig(**small(tiny_model, sampler_dtype="bfloat16", **kw)), tmp_path / "bf16")
@@ -90,7 +92,61 @@ def test_bf16_sampler_moves_s_off_one_at_k1(tiny_model, tmp_path, hashed):
     assert all(r["s_spread_product"] > 0 for r in bf16)
     assert all(r["log_ratio_mean"] == 0 and r["w_dev"] == 0 for r in fp32)
     assert all(r["w_dev"] > 0 and r["log_ratio_mean"] != 0 for r in bf16)
-    assert all(r["log_ratio_mean"] == -r["ppo_kl"] for r in bf16)
+
+
+@pytest.mark.parametrize("name", algorithm_names())
+def test_log_ratio_mean_is_gspo_log_s_averaged_over_sequences(name):
+    """Two sequences of 1 and 3 tokens with token log-ratios a and b, b, b: log_ratio_mean is
+    (a + b) / 2 (GSPO's log s_i, each sequence once), not the token mean (a + 3b) / 4, which is
+    -ppo_kl; every objective reports it."""
+    a, b = 0.4, -0.2
+    mask = torch.tensor([[True, False, False], [True, True, True]])
+    logp = torch.tensor([[a, 0.0, 0.0], [b, b, b]], requires_grad=True)
+    batch = Minibatch(logp, torch.zeros(2, 3), mask, torch.tensor([1.0, -1.0]),
+                      torch.tensor([0, 0]))
+    metrics = policy_loss(make_config(name), batch)[1]
+    assert metrics["log_ratio_mean"] == pytest.approx((a + b) / 2)
+    assert metrics["ppo_kl"] == pytest.approx(-(a + 3 * b) / 4)
+
+
+def test_log_ratio_mean_averages_every_update_of_the_step(tiny_model, tmp_path, hashed,
+                                                           monkeypatch):
+    """K = 2, epochs = 2: a step's log_ratio_mean is the mean of its 4 updates' (equal-sized
+    minibatches, so the mean over the sequences of all of them), not the first update's (0:
+    on-policy); schema version 7."""
+    seen, real = [], native.loss_and_diagnostics
+
+    def spy(*args, **kwargs):
+        loss, metrics = real(*args, **kwargs)
+        seen.append(metrics["log_ratio_mean"])
+        return loss, metrics
+
+    monkeypatch.setattr(native, "loss_and_diagnostics", spy)
+    train(TrainConfig(**small(tiny_model, epochs=2)), tmp_path / "reuse")
+    rows = log(tmp_path / "reuse")
+    assert len(seen) == 2 * 4 and seen[0] == 0 and seen[4] == 0
+    for row, updates in zip(rows, (seen[:4], seen[4:]), strict=True):
+        assert row["log_ratio_mean"] == pytest.approx(sum(updates) / 4, rel=1e-12)
+        assert row["log_ratio_mean"] != 0
+    assert pq.read_schema(tmp_path / "reuse" / "train_log.parquet").metadata[
+        b"schema_version"] == b"7"
+
+
+def test_a_log_written_before_version_7_reads_log_ratio_mean_as_nan(tiny_model, tmp_path,
+                                                                     hashed):
+    """Version 6 logged another quantity under the name (the first update's token mean): such
+    a file stays readable, with log_ratio_mean NaN and every other column as written."""
+    train(TrainConfig(**small(tiny_model, epochs=2)), tmp_path / "run")
+    path = tmp_path / "run" / "train_log.parquet"
+    table = pq.read_table(path)
+    old = tmp_path / "v6.parquet"
+    pq.write_table(table.replace_schema_metadata(
+        table.schema.metadata | {b"schema_version": b"6"}), old)
+    now, before = log(tmp_path / "run"), read_table(old, TRAIN_LOG).to_pylist()
+    assert all(r["log_ratio_mean"] != 0 for r in now)
+    assert all(math.isnan(r["log_ratio_mean"]) for r in before)
+    assert comparable([r | {"log_ratio_mean": 0} for r in before]) == comparable(
+        [r | {"log_ratio_mean": 0} for r in now])
 
 
 def test_staleness_zero_keeps_no_history_and_the_same_log(tiny_model, tmp_path, hashed,
