@@ -145,7 +145,7 @@ class RunLog(TrainerCallback):
         micro = [m for part in gather_object([self.micro]) for m in part]
         self.updates.append(merge_micro_steps(micro) | {"grad_norm": float(logs["grad_norm"])})
         self.micro = []
-        if len(self.updates) == self.cfg.minibatches:
+        if len(self.updates) == self.cfg.minibatches * self.cfg.epochs:
             self._finish_step(control)
         return control
 

@@ -65,7 +65,8 @@ class TrainConfig:
         metadata={"help": "Passes over each rollout batch, each pass K minibatch updates on a "
                   "fresh permutation of the groups, logp_old fixed from before the first (TRL's "
                   "num_iterations, verl's ppo_epochs): minibatch reuse, a realistic off-policy "
-                  "source. Native engine only."},
+                  "source. engine=trl: num_iterations, whose passes repeat pass 1's minibatches "
+                  "in its order (TRL's rule)."},
     )
     sampler_dtype: str | None = field(
         default=None,
@@ -183,11 +184,10 @@ class TrainConfig:
         need(self.minibatches >= 1 and self.prompts_per_step % self.minibatches == 0, "minibatches",
              f"must be >= 1 and divide prompts_per_step={self.prompts_per_step}")
         need(self.epochs >= 1, "epochs", "must be >= 1")
-        need(self.engine == "native" or self.epochs == 1, "epochs", "is a native-engine option "
-             "(ReproGRPOTrainer refuses TRL's num_iterations != 1: its layout is one pass)")
         need(self.sampler_dtype in (None, "bfloat16"), "sampler_dtype", "must be null or bfloat16")
         need(self.engine == "native" or self.sampler_dtype is None, "sampler_dtype",
-             "is a native-engine option (TRL samples with the trained policy's own weights)")
+             "is a native-engine option (TRL's HF generate samples with the trained policy's own "
+             "weights; a bf16 vLLM sampler's log-probs are not wired in as logp_old)")
         need(self.staleness >= 0, "staleness", "must be >= 0")
         need(self.engine == "native" or self.staleness == 0, "staleness", "is a native-engine "
              "option (TRL's GRPOTrainer samples with the current policy's weights)")
