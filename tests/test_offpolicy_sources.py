@@ -11,7 +11,7 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 import torch
-from train_helpers import comparable, hashed_rewards, sharpened_tiny_policy
+from train_helpers import comparable, hashed_rewards, kill_and_resume, sharpened_tiny_policy
 
 from repro.engines import core, native
 from repro.engines.registry import train
@@ -222,6 +222,17 @@ def test_stale_run_resumes_to_the_same_log(tiny_model, tmp_path, hashed):
     train(cfg, tmp_path / "resumed", resume=True)
     whole, resumed = log(tmp_path / "whole"), log(tmp_path / "resumed")
     assert [r["step"] for r in resumed] == [1, 2, 3, 4]
+    assert comparable(resumed) == comparable(whole)
+
+
+@pytest.mark.slow
+def test_a_stale_run_killed_and_resumed_equals_an_uninterrupted_one(tiny_model, tmp_path):
+    """d = 2, SIGKILLed after its step-2 checkpoint and resumed in a new process: bit for bit
+    the uninterrupted run's log (the lagged weights come back from the checkpoint)."""
+    config = small(tiny_model, staleness=2, minibatches=1, steps=6, checkpoint_every=2)
+    whole, resumed = kill_and_resume(config, tmp_path)
+    assert [r["step"] for r in resumed] == list(range(1, 7))
+    assert all(r["w_dev"] > 0 for r in whole[1:])
     assert comparable(resumed) == comparable(whole)
 
 
