@@ -144,3 +144,11 @@ def test_links_into_the_results_page_reach_a_heading(page):
     links = re.findall(r"\((?:docs/results\.md)?#([\w-]+)\)", page.read_text())
     assert links, page
     assert set(links) <= anchors, sorted(set(links) - anchors)
+
+
+def test_every_relative_link_of_the_readme_reaches_a_file_and_every_page_is_indexed():
+    """The README's last section is the index of docs/: each Markdown page there is linked."""
+    links = re.findall(r"\]\(([^)#:]+)(?:#[\w-]*)?\)", README.read_text())
+    assert [link for link in links if not (ROOT / link).is_file()] == []
+    pages = {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")}
+    assert pages - set(links) == set(), "pages missing from the README's index"
