@@ -3,6 +3,8 @@
 
 Compute matching: every algorithm of an experiment gets the same file with only `algorithm` and
 `objective` changed, so P, G, K, steps, max tokens, sampling and the prompt stream are equal.
+The one exception is `SOURCE_FIELDS`: a catalogue entry may set its run label's off-policy
+source, so a study compares arms within a source (study 3, docs/preregistration-3.md).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from repro.objectives.advantages import SCALES
 from repro.training.trl_options import check_trl_args
 
 ENGINES = ("native", "trl")
+# The fields a catalogue entry may set for its run label alone (`algorithms.LABEL.train`): how
+# the rollouts become off-policy, nothing of the budget, the data or the sampling of responses.
+SOURCE_FIELDS = ("minibatches", "epochs", "sampler_dtype", "behaviour_temperature")
 
 
 @dataclass
