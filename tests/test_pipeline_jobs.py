@@ -106,7 +106,7 @@ def test_a_bad_value_is_refused_naming_its_key(change, message):
 def test_a_labels_source_reaches_its_runs_alone():
     """`algorithms.LABEL.train` (an off-policy source) changes that label's runs and nothing
     else: every other field of its config equals the plain label's."""
-    source = {"minibatches": 2, "epochs": 2, "sampler_dtype": "bfloat16"}
+    source = {"minibatches": 2, "epochs": 2, "sampler_dtype": "bfloat16", "staleness": 2}
     config = resolved("smoke.yaml")
     config["algorithms"]["gspo_reuse"] = {"algorithm": "gspo", "train": source}
     config["run"]["algorithms"] = ["gspo", "gspo_reuse"]

@@ -27,7 +27,7 @@ from repro.training.trl_options import check_trl_args
 ENGINES = ("native", "trl")
 # The fields a catalogue entry may set for its run label alone (`algorithms.LABEL.train`): how
 # the rollouts become off-policy, nothing of the budget, the data or the sampling of responses.
-SOURCE_FIELDS = ("minibatches", "epochs", "sampler_dtype", "behaviour_temperature")
+SOURCE_FIELDS = ("minibatches", "epochs", "sampler_dtype", "staleness", "behaviour_temperature")
 
 
 @dataclass
