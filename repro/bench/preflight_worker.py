@@ -101,18 +101,33 @@ def digests(state: dict[str, torch.Tensor]) -> dict[str, str]:
                                  .tobytes()).hexdigest() for name, t in sorted(state.items())}
 
 
-def flops_per_update(model_cfg, rows: torch.Tensor) -> float:
+def flops_per_update(model: torch.nn.Module, rows: torch.Tensor) -> float:
     """Model FLOPs of forward + backward over the rows' real tokens (MFU, not HFU: no
     checkpointing recompute, no pre-pass): 6 N T + 6 L (heads x head_dim) sum_i s_i^2, with N the
-    matmul parameters (decoder layers and LM head, not the embedding lookup), T the tokens and s_i
-    each row's length; the second term is causal attention (QK^T and AV, half the square)."""
-    h, layers = model_cfg.hidden_size, model_cfg.num_hidden_layers
-    d_attn = model_cfg.num_attention_heads * model_cfg.head_dim
-    kv = model_cfg.num_key_value_heads * model_cfg.head_dim
-    per_layer = h * (2 * d_attn + 2 * kv) + 3 * h * model_cfg.intermediate_size
-    n_matmul = layers * per_layer + h * model_cfg.vocab_size
+    matmul parameters a token meets (`matmul_params`), T the tokens, s_i each row's length and L
+    the softmax-attention layers (causal QK^T and AV, half the square); Qwen3-Next's Gated
+    DeltaNet layers are linear in s, their state updates not counted."""
+    cfg = model.config
+    d_attn = cfg.num_attention_heads * cfg.head_dim
+    types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
+    layers = types.count("full_attention")
     lengths = rows.float()
-    return float(6 * n_matmul * lengths.sum() + 6 * layers * d_attn * (lengths ** 2).sum())
+    return float(6 * matmul_params(model) * lengths.sum()
+                 + 6 * layers * d_attn * (lengths ** 2).sum())
+
+
+def matmul_params(model: torch.nn.Module) -> float:
+    """Weights of the matrix products one token goes through: every matrix of the decoder layers
+    (routed experts at num_experts_per_tok / num_experts: a token meets k of them) and the LM
+    head; not the embedding lookup, norms or Qwen3-Next's depthwise conv. A sharded (FSDP2)
+    parameter counts whole (DTensor numel is the global one)."""
+    cfg = model.config
+    routed = cfg.num_experts_per_tok / cfg.num_experts if getattr(cfg, "num_experts", 0) else 1
+    total = float(model.get_output_embeddings().weight.numel())  # the head, tied or not
+    for name, param in model.named_parameters():
+        if param.dim() >= 2 and ".layers." in name and "conv1d" not in name:
+            total += param.numel() * (routed if ".mlp.experts." in name else 1)
+    return total
 
 
 def train(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
@@ -180,7 +195,7 @@ def train(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
             trainer.accelerator.backward(trainer._compute_loss(policy, micro))
         s.optimizer.step()
         s.optimizer.zero_grad(set_to_none=True)
-    flops = _sum(flops_per_update(policy.config, torch.cat(rows)), device)
+    flops = _sum(flops_per_update(policy, torch.cat(rows)), device)
     processed = _sum(float(torch.cat(rows).sum()), device)
     progress.done("update", updates=cfg.minibatches, model_flops=flops, tokens=processed,
                   lr=cfg.lr)
