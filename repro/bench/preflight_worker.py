@@ -7,8 +7,9 @@ log-probs of fixed sequences against the trainer's as loaded (under sleep mode: 
 sync), which is the kernels' own noise; then the masters perturbed, vLLM's gap before and after
 TRL's sync; the masters restored and synced back), `rollout` (one generation batch, vLLM or HF
 generate), `update` (the K updates with the optimizer at the preset's lr), `param_change` (share
-of master elements moved), `save` (the gathered state dict written as a policy folder, with a
-sha256 per tensor and the trainer's log-probs of the fixed sequences), `vllm_resync` (the trained
+of master elements moved), `save` (the policy folder written file by file by the processes
+owning the files, as the TRL engine checkpoints, with a sha256 per tensor and the trainer's
+log-probs of the fixed sequences), `vllm_resync` (the trained
 weights through TRL's sync, vLLM's log-probs against the trainer's).
 `reload` (one fresh process): the saved folder loaded with plain transformers, its tensors'
 sha256 and its logits compared with what `save` wrote.
@@ -99,6 +100,20 @@ def digests(state: dict[str, torch.Tensor]) -> dict[str, str]:
     """sha256 of each tensor's float32 bytes: the exact values, whatever the file's dtype."""
     return {name: hashlib.sha256(t.detach().to("cpu", torch.float32).contiguous().numpy()
                                  .tobytes()).hexdigest() for name, t in sorted(state.items())}
+
+
+def sharded_digests(model: torch.nn.Module, main: bool) -> dict[str, str]:
+    """`digests` of an FSDP2 model's state (its module names), one tensor gathered at a time
+    (collective: every process calls it; the main process gets the digests)."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    sums = {}
+    for name, tensor in sorted(get_model_state_dict(model).items()):
+        full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+        if main:
+            sums |= digests({name: full})
+        del full
+    return sums
 
 
 def flops_per_update(model: torch.nn.Module, rows: torch.Tensor) -> float:
@@ -212,18 +227,17 @@ def train(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
                   sharded=all(hasattr(p, "to_local") for p in masters),
                   distributed_type=str(trainer.accelerator.distributed_type))
 
-    progress.start("save")
+    progress.start("save")  # as the TRL engine checkpoints: each file by its owning process
+    from repro.engines.policy_files import save_sharded_policy
+
     want = trainer_logprobs()
-    state = trainer.accelerator.get_state_dict(policy)  # collective: the full state on main
+    written = save_sharded_policy(policy, out / "saved")
+    sums = sharded_digests(policy, dist.is_main_process)
     if dist.is_main_process:
-        saved = out / "saved"
-        trainer.accelerator.unwrap_model(policy).save_pretrained(saved, state_dict=state)
-        trainer.processing_class.save_pretrained(saved)
-        torch.save({"ids": ids.cpu(), "logprobs": want, "digests": digests(state)},
-                   out / "saved_probe.pt")
-    del state
+        trainer.processing_class.save_pretrained(out / "saved")
+        torch.save({"ids": ids.cpu(), "logprobs": want, "digests": sums}, out / "saved_probe.pt")
     dist.wait_for_everyone()
-    progress.done("save")
+    progress.done("save", writers=_sum(float(bool(written)), device))
 
     if use_vllm:  # the trained weights through TRL's sync, as the next rollout does
         progress.start("vllm_resync")
