@@ -264,7 +264,7 @@ def train_stages(cfg: PreflightConfig, out: Path, model: Path, train: dict[str, 
         return
     why = f"vLLM on {model_type}: {ended['reason']}"
     stages |= {"vllm_sync": {"status": "failed", "reason": why},
-               "vllm_resync": {"status": "not run", "reason": "vllm_sync failed"}}
+               "vllm_resync": {"status": "skipped", "reason": "vllm_sync failed"}}
     train = train_config(cfg, model, use_vllm=False)
     (out / "worker.json").write_text(json.dumps({"train": train, "budgets": cfg.budgets}))
     progress.unlink(missing_ok=True)

@@ -237,7 +237,8 @@ def train(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
         trainer.processing_class.save_pretrained(out / "saved")
         torch.save({"ids": ids.cpu(), "logprobs": want, "digests": sums}, out / "saved_probe.pt")
     dist.wait_for_everyone()
-    progress.done("save", writers=_sum(float(bool(written)), device))
+    progress.done("save", writers=_sum(float(bool(written)), device),
+                  files=len(list((out / "saved").glob("model-*.safetensors"))))
 
     if use_vllm:  # the trained weights through TRL's sync, as the next rollout does
         progress.start("vllm_resync")
