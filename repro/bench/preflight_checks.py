@@ -38,7 +38,7 @@ def failures(report: dict[str, Any], lr: float, stale_factor: float,
                        f"weights moved at lr {lr:g} (want > {CHANGED_FRAC:.0%})")
     save = stages.get("save", {})
     owners = min(report["processes"], save.get("files", 0))  # file i: process i mod world
-    if save.get("status") == "ok" and not save.get("writers", 0) == owners:
+    if save.get("status") == "ok" and save.get("writers", 0) != owners:
         bad.append(f"save: {save.get('writers', 0):g} processes wrote the {save.get('files')} "
                    f"policy files, want {owners} (each writes the files it owns)")
     reload = stages.get("reload", {})
