@@ -24,6 +24,7 @@ full state dict, the whole model on the main process, which is what this replace
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -96,7 +97,7 @@ def save_sharded_policy(model: torch.nn.Module, folder: Path) -> list[str]:
 def write_config(model: torch.nn.Module, folder: Path, state: dict[str, Any]) -> None:
     """config.json (its dtype: the weights') and generation_config.json, as save_pretrained."""
     dtypes = {t.dtype for t in state.values() if t.is_floating_point()}
-    config = model.config
+    config = copy.deepcopy(model.config)  # the training model's own stays as it is
     if len(dtypes) == 1:
         config.dtype = dtypes.pop()
     config.save_pretrained(folder)
