@@ -15,10 +15,9 @@ layer's full tensors, and the writing is spread over the processes.
 
 Why not torch.distributed.checkpoint's `HuggingFaceStorageWriter` (torch 2.13 ships it, with
 consolidation into safetensors on every rank): it writes the module's own tensor names (the
-fused experts), which neither `save_pretrained`'s layout nor vLLM's Qwen3-MoE loader (one tensor
-per expert) reads, and its consolidation copies bytes with no hook to reverse transformers'
-conversions; a second read-convert-write pass would double the I/O of the experts (~97% of the
-80B's bytes). Why not accelerate's `save_model` / `get_state_dict`: under FSDP2 it gathers the
+fused experts), not the per-expert names `save_pretrained` writes and Hub checkpoints carry, and
+its consolidation copies bytes with no hook to reverse transformers' conversions; a second
+read-convert-write pass would double the I/O of the experts (~97% of the 80B's bytes). Why not accelerate's `save_model` / `get_state_dict`: under FSDP2 it gathers the
 full state dict, the whole model on the main process, which is what this replaces.
 """
 
