@@ -17,8 +17,9 @@ Why not torch.distributed.checkpoint's `HuggingFaceStorageWriter` (torch 2.13 sh
 consolidation into safetensors on every rank): it writes the module's own tensor names (the
 fused experts), not the per-expert names `save_pretrained` writes and Hub checkpoints carry, and
 its consolidation copies bytes with no hook to reverse transformers' conversions; a second
-read-convert-write pass would double the I/O of the experts (~97% of the 80B's bytes). Why not accelerate's `save_model` / `get_state_dict`: under FSDP2 it gathers the
-full state dict, the whole model on the main process, which is what this replaces.
+read-convert-write pass would double the I/O of the experts (~97% of the 80B's bytes). Why not
+accelerate's `save_model` / `get_state_dict`: under FSDP2 it gathers the full state dict, the
+whole model on the main process, which is what this replaces.
 """
 
 from __future__ import annotations
