@@ -60,19 +60,23 @@ class RunState:
 
 def save_checkpoint(
     run_dir: Path, step: int, model, tokenizer, optimizer, state: RunState,
-    identity: dict[str, Any], *, model_state: dict[str, Any] | None = None,
+    identity: dict[str, Any], *, policy_dir: Path | None = None,
     optimizer_dir: Path | None = None, keep: int = 0,
 ) -> Path:
-    """A sharded model (FSDP2) passes its full `model_state`, gathered on every process, and
-    `optimizer_dir`, where every process saved its optimizer shards (torch.distributed.
-    checkpoint); one process then writes the checkpoint, moving that folder into it."""
+    """A sharded model (FSDP2) passes `policy_dir`, the policy folder its processes wrote
+    (`repro.engines.policy_files`), and `optimizer_dir`,
+    where every process saved its optimizer shards (torch.distributed.checkpoint); one process
+    then writes the checkpoint, moving those folders into it."""
     import torch
 
     final = run_dir / "checkpoints" / f"step_{step:06d}"
 
     def write(tmp: Path) -> None:
         (tmp / IDENTITY_FILE).write_text(json.dumps(identity, sort_keys=True, default=str))
-        model.save_pretrained(tmp / "policy", state_dict=model_state)
+        if policy_dir is not None:
+            shutil.move(policy_dir, tmp / "policy")
+        else:
+            model.save_pretrained(tmp / "policy")
         tokenizer.save_pretrained(tmp / "policy")
         if optimizer_dir is not None:
             shutil.move(optimizer_dir, tmp / OPTIMIZER_DIR)

@@ -58,11 +58,11 @@ def open_run(cfg: TrainConfig, out: Path, label: str | None, resume: bool,
 
 
 def finish_run(out: Path, model, tok, state: RunState, identity: dict[str, Any],
-               cfg: TrainConfig, state_dict: dict[str, Any] | None = None) -> Path:
+               cfg: TrainConfig, policy_dir: Path | None = None) -> Path:
     """Log, final policy, then the manifest (last: a run folder with a manifest is complete).
-    Main process only; a sharded model passes its gathered `state_dict`."""
+    Main process only; a sharded model passes the `policy_dir` its processes wrote."""
     write_log(out, state.log, cfg)
-    final = save_final(out, model, tok, state_dict)
+    final = save_final(out, model, tok, policy_dir)
     fraction_steps = {frac_label(f): s for f, s in state.fraction_steps.items()}
     write_manifest(out / MANIFEST, identity | {"steps_done": state.step,
                                                 "fraction_steps": fraction_steps,
@@ -139,8 +139,16 @@ def write_log(out: Path, rows: list[dict[str, Any]], cfg: TrainConfig) -> None:
         write_table(rows, TRAIN_LOG, out / "train_log.parquet", config=cfg.to_dict())
 
 
-def save_final(out: Path, model, tok, state_dict: dict[str, Any] | None = None) -> Path:
+def save_final(out: Path, model, tok, policy_dir: Path | None = None) -> Path:
+    """`out/final`: the model's save_pretrained, or the folder `policy_dir` moved there."""
+    def write(tmp: Path) -> None:
+        if policy_dir is not None:
+            tmp.rmdir()
+            shutil.move(policy_dir, tmp)
+        else:
+            model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+
     final = out / "final"
-    atomic_dir(final, lambda tmp: (model.save_pretrained(tmp, state_dict=state_dict),
-                                   tok.save_pretrained(tmp)))
+    atomic_dir(final, write)
     return final
