@@ -7,7 +7,9 @@
 # mariadb-server (apt-get install -y slurm-wlm munge slurmdbd mariadb-server), and root.
 # The node is this host with all its CPUs, in partitions `cpu` (default) and `gpu` as the
 # profile names them, with a GPU GRES of 2 whose devices are stand-ins for /dev/null (GPU jobs
-# get scheduled and see CUDA_VISIBLE_DEVICES; nothing is bound). Accounting (the default): slurmdbd over a local MariaDB, account `ci`
+# get scheduled and see CUDA_VISIBLE_DEVICES; nothing is bound). A second slurmd on the same host
+# is node HOST-b (port 6820, same CPUs): partition `nodes2` holds both nodes, for jobs that
+# span two nodes (srun per node); the profile's partitions never use it. Accounting (the default): slurmdbd over a local MariaDB, account `ci`
 # (REPRO_SLURM_ACCOUNT) enforced, so `sacct` answers as on most clusters. --no-accounting:
 # AccountingStorageType=accounting_storage/none, as on many small clusters, where `sacct` only
 # says "Slurm accounting storage is disabled".
@@ -20,6 +22,7 @@ CONF=/etc/slurm
 MARK="# written by dfpo-repro scripts/local_slurm.sh"
 ACCOUNT=${REPRO_SLURM_ACCOUNT:-ci}
 NODE=$(hostname -s)
+NODE2=$NODE-b  # a second slurmd on this host (scontrol show hostnames lists $NODE first)
 
 die() { echo "local_slurm.sh: $*" >&2; exit 1; }
 
@@ -60,11 +63,11 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 StateSaveLocation=$STATE/ctld
-SlurmdSpoolDir=$STATE/d
+SlurmdSpoolDir=$STATE/d/%n
 SlurmctldPidFile=$STATE/slurmctld.pid
-SlurmdPidFile=$STATE/slurmd.pid
+SlurmdPidFile=$STATE/slurmd-%n.pid
 SlurmctldLogFile=$STATE/slurmctld.log
-SlurmdLogFile=$STATE/slurmd.log
+SlurmdLogFile=$STATE/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
@@ -82,8 +85,11 @@ MinJobAge=600
 KillWait=5
 OverTimeLimit=0
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory Gres=gpu:2 State=UNKNOWN
+# 6819 is slurmdbd's port
+NodeName=$NODE2 NodeHostname=$NODE NodeAddr=127.0.0.1 Port=6820 CPUs=$cpus RealMemory=$memory Gres=gpu:2 State=UNKNOWN
 PartitionName=cpu Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=$NODE MaxTime=INFINITE State=UP
+PartitionName=nodes2 Nodes=$NODE,$NODE2 MaxTime=INFINITE State=UP
 EOF
     if [ "$1" = yes ]; then
       cat <<EOF
@@ -102,8 +108,8 @@ EOF
   # /dev/null's numbers stand in (nothing is bound: TaskPlugin=task/none, no cgroups)
   mkdir -p "$STATE/dev"
   for i in 0 1; do [ -c "$STATE/dev/gpu$i" ] || mknod "$STATE/dev/gpu$i" c 1 3; done
-  printf '%s\nNodeName=%s Name=gpu File=%s/dev/gpu[0-1]\n' "$MARK" "$NODE" "$STATE" \
-    >"$CONF/gres.conf"
+  printf '%s\nNodeName=%s,%s Name=gpu File=%s/dev/gpu[0-1]\n' "$MARK" "$NODE" "$NODE2" \
+    "$STATE" >"$CONF/gres.conf"
 }
 
 start_munge() {
@@ -150,9 +156,10 @@ EOF
     grep -qx "$ACCOUNT" || die "sacctmgr did not record account $ACCOUNT for root"
 }
 
-node_state() { sinfo -h -n "$NODE" -o %T; }  # '*' suffix: slurmd not responding
-node_registered() { node_state | grep -qvE '[*]|unknown|down'; }
-node_idle() { node_state | grep -qxE 'idle|mixed|allocated'; }
+# one line per node (sinfo -N repeats a node per partition); '*': slurmd not responding
+node_state() { sinfo -h -N -n "$NODE,$NODE2" -o '%N %T' | sort -u | cut -d' ' -f2; }
+node_registered() { [ "$(node_state | grep -cvE '[*]|unknown|down')" = 2 ]; }
+node_idle() { [ "$(node_state | grep -cxE 'idle|mixed|allocated')" = 2 ]; }
 
 start() {
   local accounting=yes
@@ -177,19 +184,21 @@ start() {
   if [ $accounting = yes ]; then start_accounting; else stop_accounting; fi
   slurmctld
   wait_for 30 slurmctld scontrol ping
-  slurmd
+  slurmd -N "$NODE"
+  slurmd -N "$NODE2"
   wait_for 30 slurmd node_registered
   # a drain left by an earlier run (a test that drains the node, a refused configuration)
   if node_state | grep -q drain; then
-    scontrol update NodeName="$NODE" State=RESUME
+    scontrol update NodeName="$NODE,$NODE2" State=RESUME
   fi
-  wait_for 30 "node $NODE" node_idle
+  wait_for 30 "nodes $NODE and $NODE2" node_idle
   echo "local_slurm.sh: node $NODE up (accounting: $accounting, $(nproc) CPUs, gpu:2," \
-    "partitions cpu and gpu; logs in $STATE)"
+    "partitions cpu and gpu; $NODE2 beside it in partition nodes2; logs in $STATE)"
 }
 
 stop_slurm() {
-  stop_pid "$STATE/slurmd.pid"
+  stop_pid "$STATE/slurmd-$NODE.pid"
+  stop_pid "$STATE/slurmd-$NODE2.pid"
   stop_pid "$STATE/slurmctld.pid"
 }
 
