@@ -48,7 +48,8 @@ def cluster() -> None:
         if proc.returncode != 0:
             reason = f"no SLURM controller answers ({proc.stderr.strip()})"
         elif "nodes2" not in proc.stdout.split() or cluster_name() != "repro":
-            reason = "the SLURM cluster up is not scripts/local_slurm.sh's (these tests drain nodes)"
+            reason = ("the SLURM cluster up is not scripts/local_slurm.sh's (these tests drain "
+                      "nodes)")
     if reason is None:
         return
     reason += "; start one with `sudo scripts/local_slurm.sh start`"

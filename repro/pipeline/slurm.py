@@ -61,7 +61,8 @@ def status_command(setting: str, failure: str | None, min_job_age: int | None,
                           f"squeue instead (finished jobs stay in it for MinJobAge = "
                           f"{min_job_age} s)")
     fix = (f"set slurm-init-seconds-before-status-checks: {min_job_age // 3} in your profile"
-           if min_job_age and min_job_age >= 3 else "ask for SLURM accounting or a longer MinJobAge")
+           if min_job_age and min_job_age >= 3
+           else "ask for SLURM accounting or a longer MinJobAge")
     raise ValueError(f"slurm: sacct fails on this cluster ({failure}) and the executor polls "
                      f"squeue only while MinJobAge ({min_job_age} s) >= 3 x slurm-init-seconds-"
                      f"before-status-checks ({init_seconds} s), so it would never see a job end: "
