@@ -47,7 +47,8 @@ pytestmark = pytest.mark.slow
 
 LOCAL_RULES = {"all", "run_config", "aggregate", "tables", "figures", "paper_reference",
                "ablations"}  # the Snakefile's localrules: they run beside Snakemake
-SACCT = "JobIDRaw,JobName,Comment,Partition,Account,Timelimit,ReqMem,AllocCPUS,ReqTRES,State,ExitCode"
+SACCT = ("JobIDRaw,JobName,Comment,Partition,Account,Timelimit,ReqMem,AllocCPUS,ReqTRES,State,"
+         "ExitCode")  # AllocCPUS: sacct's ReqCPUS is 1 for --cpus-per-gpu=2 --gpus=1
 
 
 @pytest.fixture(scope="module")
