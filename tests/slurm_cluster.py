@@ -108,12 +108,31 @@ def env(wd: Path) -> dict[str, str]:
                     "REPRO_SLURM_ACCOUNT": ACCOUNT}
 
 
+STARTED: list[subprocess.Popen] = []
+
+
 def snakemake_slurm(wd: Path, *args: str, log: Path | None = None) -> subprocess.Popen:
     """Snakemake under profiles/slurm_ci in `wd`, its output to `log` (wd/snakemake.log)."""
     sink = (log or wd / "snakemake.log").open("w")
     cmd = [sys.executable, "-m", "snakemake", "--workflow-profile", "profiles/slurm_ci", *args]
-    return subprocess.Popen(cmd, cwd=wd, env=env(wd), stdout=sink, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(cmd, cwd=wd, env=env(wd), stdout=sink, stderr=subprocess.STDOUT,
                             start_new_session=True)
+    STARTED.append(proc)
+    return proc
+
+
+def stop_started() -> None:
+    """End every Snakemake started here that still runs (a failed test's, or one waiting on a
+    job forever): SIGTERM, on which the executor cancels its SLURM jobs."""
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def finish(proc: subprocess.Popen, wd: Path, timeout: float) -> str:
@@ -121,8 +140,7 @@ def finish(proc: subprocess.Popen, wd: Path, timeout: float) -> str:
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.terminate()  # the executor cancels its SLURM jobs
-        proc.wait(timeout=60)
+        stop_started()
     out = (wd / "snakemake.log").read_text()
     if proc.returncode != 0:
         logs = "".join(f"\n--- {p}\n{p.read_text()[-2000:]}"

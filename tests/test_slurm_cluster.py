@@ -39,11 +39,18 @@ from slurm_cluster import (
     run_name,
     slurm_workflow,
     snakemake_slurm,
+    stop_started,
 )
 from test_launch import FakeResources, train_jobs
 from test_workflow import FROM_START, ROOT, SMOKE, START, copy_workflow, jobs_planned, ok, snakemake
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _no_snakemake_left():
+    yield
+    stop_started()
 
 LOCAL_RULES = {"all", "run_config", "aggregate", "tables", "figures", "paper_reference",
                "ablations"}  # the Snakefile's localrules: they run beside Snakemake

@@ -29,11 +29,18 @@ from slurm_cluster import (
     slurm_workflow,
     snakemake_slurm,
     squeue,
+    stop_started,
     wait_for,
 )
 from test_workflow import FROM_START, SMOKE, START, training_process
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _no_snakemake_left():
+    yield
+    stop_started()
 
 RUN = "algo=gspo/model=tiny/group_size=4/seed=0"
 TARGET = f"results/runs/{RUN}/train_log.parquet"
@@ -69,7 +76,7 @@ def test_cancelled_training_job_is_resubmitted_and_resumes(tmp_path):
     """`scancel` of the train job once its step-4 checkpoint exists (a user's mistake, an admin's
     clean-up): the job ends CANCELLED, Snakemake resubmits it, the retry resumes."""
     cluster()
-    steps = 12
+    steps = 8
     wd, proc = training_run(tmp_path, steps)
     ckpt = wd / "results" / "scratch" / RUN / "checkpoints" / "step_000004"
     wait_for("the step-4 checkpoint", ckpt.exists, 300, proc, wd)
@@ -96,7 +103,7 @@ def test_training_job_killed_at_its_time_limit_resumes(tmp_path):
     comes whatever this machine's speed (a step took 0.5-4 s here); SLURM kills it, stopped or
     not (its limit check runs every 30 s: 60-90 s in)."""
     cluster()
-    steps = 12
+    steps = 6
     limit = {"set-resources": {"train": {"runtime": "1 if attempt == 1 else 30"}}}
     wd, proc = training_run(tmp_path, steps, overlay=limit)
     ckpt = wd / "results" / "scratch" / RUN / "checkpoints" / "step_000002"
