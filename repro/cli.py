@@ -133,7 +133,7 @@ def train(
 ) -> None:
     """RL-train a policy. Extra arguments are KEY=VALUE overrides of the config, e.g.
     `algorithm=dfpo objective.transform=orth_proj steps=40` (fields: see TrainConfig)."""
-    from repro.engines.registry import train as run_train
+    from repro.engines.registry import train_and_export
     from repro.training.config import load_train_config
 
     try:
@@ -142,16 +142,8 @@ def train(
         typer.echo(f"repro train: {err}", err=True)
         raise typer.Exit(2) from None
     _set_threads(threads)
-    run_train(cfg, out, label=label, resume=resume, fingerprint=fingerprint)
-    if export is not None:  # once, by the main process of a multi-process (accelerate) run
-        from accelerate import PartialState
-
-        from repro.training.export import export_run
-
-        dist = PartialState()
-        if dist.is_main_process:
-            export_run(out, export)
-        dist.wait_for_everyone()
+    train_and_export(cfg, out, export=export, label=label, resume=resume,
+                     fingerprint=fingerprint)
 
 
 EVAL_EXPAND = {"sampling": (SamplingConfig, SAMPLING_KEYS)}
@@ -323,13 +315,21 @@ def _close_report(command: str, path: Path, report: dict, prefix: str = "") -> N
 @bench_app.command("twin")
 def bench_twin(
     out: Annotated[Path, typer.Option(help="Folder: twin.json, runs/<algo>/, logs.")],
+    model: Annotated[str, typer.Option(
+        help="tiny (dense Qwen3), tiny-moe (Qwen3-MoE) or tiny-next (Qwen3-Next: DeltaNet + "
+             "gated attention, routed and shared experts): the 80B preset's architecture.")]
+    = "tiny",
 ) -> None:
     """CPU twin of the paper-scale stack: 2 processes (torchrun, gloo), the TRL engine through
     accelerate's FSDP2, the paper preset's lr and precision, checkpoint, kill, resume, export.
     Exits 1 when an acceptance check fails (listed in twin.json's `failures`)."""
-    from repro.bench.twin import run_twin
+    from repro.bench.twin import TWIN_MODELS, run_twin
 
-    report = run_twin(out)
+    if model not in TWIN_MODELS:
+        typer.echo(f"repro bench twin: unknown --model {model!r}; known: {sorted(TWIN_MODELS)}",
+                   err=True)
+        raise typer.Exit(2)
+    report = run_twin(out, model)
     _close_report("repro bench twin", out / "twin.json", report)
 
 

@@ -30,12 +30,16 @@ def brute_force_projection(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
 
 def reference_weights(transform: str, s: list[float], adv: list[float],
                       group: list[int]) -> list[float]:
-    """w~ per row for min_replace (group minimum), global_scale (mean of group minima / mean of
-    s, times s) and orth_proj (brute-force projection per group)."""
+    """w~ per row for min_replace (group minimum), group_mean (group mean), global_scale
+    (mean of group minima / mean of s, times s) and orth_proj (brute-force projection per
+    group)."""
     ids = sorted(set(group))
     members = {g: [i for i, gi in enumerate(group) if gi == g] for g in ids}
     if transform == "min_replace":
         return [min(s[j] for j in members[group[i]]) for i in range(len(s))]
+    if transform == "group_mean":
+        return [sum(s[j] for j in members[group[i]]) / len(members[group[i]])
+                for i in range(len(s))]
     if transform == "global_scale":
         kappa = (sum(min(s[j] for j in members[g]) for g in ids) / len(ids)) / (sum(s) / len(s))
         return [kappa * x for x in s]

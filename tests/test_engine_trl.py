@@ -17,7 +17,8 @@ from train_helpers import hashed_rewards, sharpened_tiny_policy  # noqa: E402
 
 from repro.engines.registry import train  # noqa: E402
 from repro.engines.trl_args import build_grpo_config, check_grpo_args  # noqa: E402
-from repro.engines.trl_trainer import ReproGRPOTrainer, whole_groups  # noqa: E402
+from repro.engines.trl_dfpo import whole_groups  # noqa: E402
+from repro.engines.trl_trainer import ReproGRPOTrainer  # noqa: E402
 from repro.models import TinyModelConfig, build_tiny, load  # noqa: E402
 from repro.objectives import (  # noqa: E402
     AdvantageConfig,
@@ -34,10 +35,12 @@ from repro.training.logprobs import response_logprobs  # noqa: E402
 from repro.training.trl_options import OWNED, REFUSED  # noqa: E402
 
 P, G, K = 4, 4, 2
-# every registered algorithm with its defaults (DFPO: min_replace), and DFPO's projection
+# every registered algorithm with its defaults (DFPO: min_replace), DFPO's projection and the
+# group-mean control (issue 38)
 ALGORITHMS = [(name, {}) for name in algorithm_names()] + [
     ("dfpo", {"transform": "orth_proj"}),
-    ("dfpo", {"transform": "orth_proj", "sequence_ratio": "product"})]
+    ("dfpo", {"transform": "orth_proj", "sequence_ratio": "product"}),
+    ("dfpo", {"transform": "group_mean", "sequence_ratio": "product"})]
 
 
 def hashed(prompts, completions, **_):

@@ -17,7 +17,7 @@ from test_engine_trl import G, make_trainer, prompt_groups, trl_logprobs
 from repro.diagnostics import cancellation_metrics, token_coefficients
 from repro.engines.core import sequence_weights
 from repro.engines.trl import merge_micro_steps
-from repro.engines.trl_trainer import whole_groups
+from repro.engines.trl_dfpo import whole_groups
 from repro.objectives import Minibatch, policy_loss
 
 ACCUM = 4  # minibatch of 2 groups x 4 rows -> 2-row micro-steps: every group is split

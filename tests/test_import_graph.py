@@ -117,6 +117,14 @@ def test_subpackages_stack_in_layers():
     assert cycle is None, "subpackages import each other: " + " -> ".join(cycle)
 
 
+def test_no_subpackage_imports_the_cli():
+    """The CLI sits on top of every subpackage (issue 39: the twin's worker ran `repro train`
+    through `repro.cli`, an upward import, lazy included); it now calls the engine registry."""
+    upward = {m for m, targets in module_graph(ROOT).items()
+              if subpackage(m) and f"{PACKAGE}.cli" in targets}
+    assert not upward, f"modules under a subpackage import {PACKAGE}.cli: {sorted(upward)}"
+
+
 def test_a_lazy_import_that_closes_a_cycle_is_found(tmp_path):
     pkg = tmp_path / PACKAGE / "low"
     pkg.mkdir(parents=True)

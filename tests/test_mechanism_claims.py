@@ -22,7 +22,7 @@ from scipy import stats
 
 from repro.reporting.load import load_aggregate
 from repro.reporting.scores import compare
-from repro.reporting.verdict_mechanism import auc_units
+from repro.reporting.verdict_metrics import auc_units
 
 ROOT = Path(__file__).resolve().parents[1]
 AGG = ROOT / "results" / "mechanism-study" / "aggregate"

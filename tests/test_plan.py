@@ -149,3 +149,33 @@ def test_gradient_checkpointing_reaches_grpo_config(tmp_path):
     args = build_grpo_config(cfg, out=tmp_path, world_size=1, steps=1, half_precision=False,
                              use_cpu=True)
     assert args.gradient_checkpointing is True
+
+
+def test_kl_reference_is_planned_as_trl_instantiates_it(tmp_path):
+    """kl_coef > 0: the planner's reference line (world 1) is the bytes of the reference TRL
+    builds (`create_model_from_path` in the policy's fp32), on the tiny Qwen3-Next shape; with
+    kl_coef 0, as in the paper presets, there is none."""
+    import torch
+    from trl.trainer.utils import create_model_from_path
+
+    from repro.models import TinyModelConfig, build_tiny
+    from repro.plan.hardware import Hardware
+    from repro.plan.memory import REFERENCE, REFERENCE_HOST, train_plan
+    from repro.plan.shapes import read_config
+
+    build_tiny(TinyModelConfig(architecture="qwen3_next", num_hidden_layers=4), tmp_path / "m")
+    ref = create_model_from_path(str(tmp_path / "m"), dtype=torch.float32)
+    nbytes = sum(p.numel() * p.element_size() for p in ref.parameters())
+    hw = Hardware.of({"gpu_memory_gb": 80, "host_memory_gb": 100,
+                      "train": {"nodes": 1, "gpus_per_node": 1}})
+    shape = shape_of(read_config(tmp_path / "m"))
+    train = {"prompts_per_step": 8, "group_size": 8, "minibatches": 4}
+    plan = train_plan("tiny-next", shape, train | {"kl_coef": 0.01}, hw, 1)
+    update = next(ph for ph in plan.phases if ph.name == "update")
+    assert update.items[REFERENCE] * 1e9 == nbytes
+    assert plan.phases[-1].items[REFERENCE_HOST] * 1e9 == nbytes
+    plain = train_plan("tiny-next", shape, train, hw, 1)
+    assert all(REFERENCE not in ph.items for ph in plain.phases)
+    for preset in (P32, P80):
+        config = load_config(BASE, [preset])
+        assert config["train"].get("kl_coef", 0) == 0

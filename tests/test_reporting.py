@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from repro.cli import app
 from repro.reporting.aggregate import path_keys
+from repro.reporting.figures import FIGURES
 from repro.reporting.load import load_aggregate
 from repro.reporting.scores import compare, estimate
 from repro.reporting.study import Study
@@ -240,7 +241,7 @@ def test_figures_are_truetype_and_reproducible(world, tmp_path, caplog):
                                      "--out", str(tmp_path / name)])
         assert result.exit_code == 0, result.output
     files = sorted(p.name for p in (tmp_path / "a").iterdir())
-    assert len(files) == 12 and all(p.endswith((".pdf", ".png")) for p in files)
+    assert len(files) == 2 * len(FIGURES) and all(p.endswith((".pdf", ".png")) for p in files)
     for name in files:
         data = (tmp_path / "a" / name).read_bytes()
         assert data == (tmp_path / "b" / name).read_bytes(), name
@@ -308,21 +309,30 @@ def test_paper_reference_matches_the_summary_it_cites(tmp_path):
 def test_verdicts_follow_the_preregistered_rules_on_a_synthetic_aggregate(world, tmp_path):
     """dfpo_min is gspo plus extra correct samples and reaches κ earlier: P1 and P2 hold (P1
     only if V, learning, holds); equal asym/drift/entropy curves give P3 fails (not lower) and
-    P5/P6 inconclusive (not larger either); one paired group size leaves P8 inconclusive. With
+    P5/P6 inconclusive (not larger either); under three paired group sizes leave P8 without a slope
+    (inconclusive, or V's label when V fails: a failed gate relabels whatever the numbers). With
     the roles swapped, P1 and P2 fail: the rules can fail."""
-    from repro.reporting.verdict import FAILS, HOLDS, INCONCLUSIVE, NO_LEARNING, verdicts
+    from repro.reporting.verdict import FAILS, HOLDS, INCONCLUSIVE, evaluate
+    from repro.reporting.verdict_spec import spec_for
+
+    def verdicts(agg):
+        return {v.pid: v for v in evaluate(agg, spec_for(agg.study.experiment))
+                if v.block == MODEL}
 
     agg = load_aggregate(world["out"])
-    got = {v.pid: v for v in verdicts(agg, MODEL)}
+    no_learning = spec_for(agg.study.experiment).gates[0].label
+    got = verdicts(agg)
     truth = world["truth"]
     hand_v = np.mean([np.mean([truth["grpo", s, b].mean() - truth["init", s, b].mean()
                                for b in BENCHES]) for s in SEEDS]) * 100
     assert got["V"].numbers.startswith(f"Δ = {hand_v:+.1f} [") and "3 seeds" in got["V"].numbers
-    assert got["P1"].verdict == (HOLDS if got["V"].verdict == HOLDS else NO_LEARNING)
+    assert got["P1"].verdict == (HOLDS if got["V"].verdict == HOLDS else no_learning)
     assert got["P2"].verdict == HOLDS and "ratio < 1 in 3/3 seeds, mean ratio 0.71" in got[
         "P2"].numbers
     assert got["P3"].verdict == FAILS
-    assert got["P5"].verdict == got["P6"].verdict == got["P8"].verdict == INCONCLUSIVE
+    assert got["P5"].verdict == got["P6"].verdict == INCONCLUSIVE
+    assert got["P8"].verdict == (INCONCLUSIVE if got["V"].verdict == HOLDS else no_learning)
+    assert re.fullmatch(r"[0-2] group sizes with paired runs", got["P8"].numbers)
 
     swapped = tmp_path / "swapped"
     result = CliRunner().invoke(app, ["aggregate", "--out", str(swapped), "--experiment", "test",
@@ -331,9 +341,10 @@ def test_verdicts_follow_the_preregistered_rules_on_a_synthetic_aggregate(world,
                                       "--group-algos", "dfpo_min,gspo", "--ablation-algos", "",
                                       *map(str, world["files"])])
     assert result.exit_code == 0, result.output
-    flipped = {v.pid: v for v in verdicts(load_aggregate(swapped), MODEL)}
-    assert flipped["P1"].verdict in (FAILS if got["V"].verdict == HOLDS else NO_LEARNING,)
+    flipped = verdicts(load_aggregate(swapped))
+    assert flipped["P1"].verdict in (FAILS if got["V"].verdict == HOLDS else no_learning,)
     assert flipped["P2"].verdict == FAILS
     # no ablation selected (config/presets/main-comparison.yaml): P7 names no variant
-    assert flipped["P7"].verdict == INCONCLUSIVE and flipped["P7"].numbers == "no paired runs"
+    assert flipped["P7"].numbers == "no paired runs"
+    assert flipped["P7"].verdict == (INCONCLUSIVE if got["V"].verdict == HOLDS else no_learning)
     assert flipped["P7"].claim == "P7: stop-gradient matters (gspo vs a _nosg ablation)"

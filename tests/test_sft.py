@@ -222,7 +222,8 @@ def test_a_gate_missed_at_the_cap_fails_and_writes_no_model(tok, tmp_path, monke
         run_sft(micro_cfg(steps=2, gate_reward=0.5, gate_every=1, max_steps=3, eval_n=2,
                           eval_max_new_tokens=2), tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    micro = [f"model.{k}={v}" for k, v in dataclasses.asdict(MICRO).items()]
+    micro = [f"model.{k}={v}" for k, v in dataclasses.asdict(MICRO).items()
+             if v is not None]  # unset MoE fields of a dense model stay unset
     result = CliRunner().invoke(app, ["sft", "--out", str(tmp_path / "cli"), *micro,
                                       "n_demos=16", "steps=2", "warmup=1", "batch_size=4",
                                       "eval_n=2", "gate_reward=0.5", "gate_every=1",

@@ -222,3 +222,47 @@ def test_memoised_resampling_draws_what_a_fresh_generator_draws() -> None:
     for seed in (0, 3, 0):  # the second seed 0 is served from the cache
         assert bootstrap_ci(scores, seed=seed, n_boot=500)[1:] == fresh_scores(seed)
         assert bootstrap_ci(samples=samples, seed=seed, n_boot=500)[1:] == fresh_samples(seed)
+
+
+# ---- per-unit values: the unit bootstrap, bands over curves, Holm -----------------------------
+
+def test_unit_bootstrap_resamples_units_by_index():
+    """The mean of the units and the percentile interval of means of units drawn as indices
+    from default_rng(seed) (how the mechanism study's P7-P9 intervals were drawn)."""
+    from repro.evaluation.stats import unit_bootstrap
+
+    d = np.array([-1.2, 0.3, -0.4, -2.0, 0.1, -0.9])
+    draws = np.random.default_rng(0).integers(0, 6, (10_000, 6))
+    lo, hi = np.quantile(d[draws].mean(axis=1), [0.025, 0.975])
+    assert unit_bootstrap(d) == (pytest.approx(d.mean()), lo, hi)
+    assert unit_bootstrap([0.5] * 4) == pytest.approx((0.5, 0.5, 0.5))
+    assert unit_bootstrap(d, seed=1) != unit_bootstrap(d)
+    with pytest.raises(ValueError, match="finite"):
+        unit_bootstrap([0.1, float("nan")])
+
+
+def test_unit_band_is_the_mean_over_units_and_covers_it():
+    from repro.evaluation.stats import unit_band
+
+    rng = np.random.default_rng(3)
+    curves = rng.normal(0, 1, (6, 40)) + np.linspace(0, 4, 40)
+    curves[2, 5] = np.nan  # a unit without that point
+    curves[:, 7] = np.nan  # a point no unit has
+    mean, lo, hi = unit_band(curves, n_boot=500)
+    expected = np.nanmean(np.delete(curves, 7, axis=1), axis=0)
+    assert np.delete(mean, 7) == pytest.approx(expected)
+    assert np.isnan(mean[7]) and np.isnan(lo[7]) and np.isnan(hi[7])
+    live = np.isfinite(mean)
+    assert np.all(lo[live] <= mean[live]) and np.all(mean[live] <= hi[live])
+    assert np.all(hi[live] - lo[live] > 0)
+    wide = unit_band(np.repeat(curves[:2], 3, axis=0) * 4, n_boot=500)  # more spread, wider
+    assert np.nanmean(wide[2] - wide[1]) > np.nanmean(hi - lo)
+    flat = unit_band(np.ones((3, 5)))
+    assert [list(x) for x in flat] == [[1.0] * 5] * 3
+
+
+def test_holm_adjusts_step_down_and_keeps_order():
+    from repro.evaluation.stats import holm
+
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5]) == [0.5]

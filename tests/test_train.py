@@ -5,23 +5,18 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import comparable, hashed_rewards, sharpened_tiny_policy
+from train_helpers import comparable, hashed_rewards, kill_and_resume, sharpened_tiny_policy
 
 from repro.engines.registry import train
 from repro.models import load
 from repro.objectives import algorithm_names
 from repro.results import TRAIN_LOG, read_table
-from repro.results.schemas import TRAIN_LOG_PREAMBLE
+from repro.results.schemas import TRAIN_LOG_PREAMBLE, TRAIN_LOG_ROUTER
 from repro.training import rollout
 from repro.training.config import TrainConfig, load_train_config
 
@@ -61,6 +56,7 @@ def test_every_algorithm_runs_and_logs_its_schema(algorithm, objective, tiny_mod
     diagnostics = ("asym", "residual_full")  # NaN where a minibatch has no shared node
     diagnostics += () if algorithm == "dfpo" else ("w_shift",)  # DFPO's transform only
     diagnostics += TRAIN_LOG_PREAMBLE  # tasks with preambles only (test_preamble_probes_...)
+    diagnostics += TRAIN_LOG_ROUTER  # MoE policies only (test_engines_moe)
     assert all(math.isfinite(v) for r in rows for k, v in r.items()
                if isinstance(v, float) and k not in diagnostics)
     assert rows[-1]["gen_tokens_cum"] == sum(r["gen_tokens"] for r in rows)
@@ -149,27 +145,7 @@ def test_preamble_probes_are_logged_kept_across_a_resume_and_reproducible(tiny_m
 @pytest.mark.slow
 def test_sigkill_and_resume_equals_an_uninterrupted_run(tiny_model, tmp_path):
     config = small(tiny_model, steps=6, checkpoint_every=2, checkpoint_fractions=[1.0])
-    cfg_file = tmp_path / "cfg.json"
-    cfg_file.write_text(json.dumps(config))
-    script = [sys.executable, str(HERE / "train_helpers.py"), str(cfg_file)]
-    env = os.environ | {"OMP_NUM_THREADS": "1"}
-    subprocess.run([*script, str(tmp_path / "whole")], check=True, env=env, capture_output=True)
-
-    killed = tmp_path / "killed"
-    proc = subprocess.Popen([*script, str(killed)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not (killed / "checkpoints" / "step_000002").exists():
-        assert proc.poll() is None and time.time() < deadline, "run ended before its checkpoint"
-        time.sleep(0.05)
-    time.sleep(0.3)  # somewhere inside step 3 or 4: an arbitrary point
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (killed / "final").exists()
-    subprocess.run([*script, str(killed), "--resume"], check=True, env=env, capture_output=True)
-
-    whole = read_table(tmp_path / "whole" / "train_log.parquet", TRAIN_LOG).to_pylist()
-    resumed = read_table(killed / "train_log.parquet", TRAIN_LOG).to_pylist()
+    whole, resumed = kill_and_resume(config, tmp_path)
     assert [r["step"] for r in resumed] == list(range(1, 7))
     assert comparable(resumed) == comparable(whole)  # exact equality, floats included
 

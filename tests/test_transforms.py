@@ -71,6 +71,19 @@ def test_min_replace_and_global_scale_values():
     assert torch.equal(apply_transform("identity", w, adv, groups), w)
 
 
+def test_group_mean_keeps_each_groups_mean_weight_and_cancels():
+    """The control of issue 38: w~ = the group's mean of w, so the group's average importance
+    correction survives (min_replace shrinks it to the minimum) and sum_i A_i w~_i = 0."""
+    w = torch.tensor([1.2, 0.9, 1.1, 2.0, 0.5], dtype=torch.float64)
+    groups = Groups.from_ids(torch.tensor([4, 4, 4, 9, 9]))
+    adv = torch.tensor([1.0, -0.5, -0.5, 1.0, -1.0], dtype=torch.float64)
+    got = apply_transform("group_mean", w, adv, groups)
+    torch.testing.assert_close(got, torch.tensor([3.2 / 3] * 3 + [1.25] * 2, dtype=torch.float64))
+    torch.testing.assert_close(groups.mean(got), groups.mean(w))
+    assert float(groups.sum(got * adv).abs().max()) < 1e-12
+    assert "group_mean" in cancelling_transforms()
+
+
 @pytest.mark.parametrize("name", cancelling_transforms())
 def test_on_policy_weights_are_unchanged(name):
     """s == 1 (first minibatch after a rollout): the transform is the identity."""

@@ -34,6 +34,39 @@ def run(config: dict, out: Path, resume: bool = False) -> None:
     train(TrainConfig(**config), out, resume=resume)
 
 
+def kill_and_resume(config: dict, tmp_path: Path) -> tuple[list[dict], list[dict]]:
+    """Run `config` uninterrupted, and again SIGKILLed somewhere after its step-2 checkpoint
+    and resumed (`--resume`), each in a subprocess of this script; (uninterrupted log rows,
+    resumed log rows)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from repro.results import TRAIN_LOG, read_table
+
+    cfg_file = tmp_path / "cfg.json"
+    cfg_file.write_text(json.dumps(config))
+    script = [sys.executable, __file__, str(cfg_file)]
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    subprocess.run([*script, str(tmp_path / "whole")], check=True, env=env, capture_output=True)
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([*script, str(killed)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (killed / "checkpoints" / "step_000002").exists():
+        assert proc.poll() is None and time.time() < deadline, "run ended before its checkpoint"
+        time.sleep(0.05)
+    time.sleep(0.3)  # somewhere inside step 3 or 4: an arbitrary point
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "final").exists()
+    subprocess.run([*script, str(killed), "--resume"], check=True, env=env, capture_output=True)
+    return (read_table(tmp_path / "whole" / "train_log.parquet", TRAIN_LOG).to_pylist(),
+            read_table(killed / "train_log.parquet", TRAIN_LOG).to_pylist())
+
+
 def comparable(rows: list[dict]) -> list[dict]:
     """Rows without timing columns, NaN (a diagnostic without shared nodes) made comparable."""
     def norm(v):

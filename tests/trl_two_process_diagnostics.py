@@ -30,7 +30,7 @@ def main(out: Path) -> None:
 
     from repro.diagnostics import cancellation_metrics, token_coefficients
     from repro.engines.trl import merge_micro_steps
-    from repro.engines.trl_trainer import whole_groups
+    from repro.engines.trl_dfpo import whole_groups
     from repro.objectives import Minibatch, policy_loss
     from repro.training.config import TrainConfig
 

@@ -118,7 +118,9 @@ def reference(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
     sharding = {"dtensor_params": all(isinstance(p, DTensor) for p in params),
                 "master_dtypes": sorted({str(p.dtype) for p in params})}
     seen: dict[str, str] = {}
-    layer = policy.model.layers[0].mlp.down_proj  # its weight's dtype inside forward = compute
+    # its weight's dtype inside forward = compute; the last layer has full attention in every
+    # architecture (Qwen3-Next's first layers are DeltaNet, its MLPs routed experts)
+    layer = policy.model.layers[-1].self_attn.o_proj
     hook = layer.register_forward_pre_hook(lambda m, a: seen.update(compute=str(m.weight.dtype)))
     policy.train()
     trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps
@@ -184,11 +186,23 @@ def reference(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
 
 
 def train(argv: list[str]) -> None:
-    from repro.cli import app
-    from repro.training import rollout
+    """`repro train --out --config [--export] [--resume]` with hashed rewards, in-process
+    through the engine registry (not the CLI: bench sits below it in the import graph)."""
+    import argparse
 
+    from repro.engines.registry import train_and_export
+    from repro.training import rollout
+    from repro.training.config import load_train_config
+
+    parser = argparse.ArgumentParser(prog="twin_worker train")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--export", type=Path)
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args(argv)
     rollout.Rewarder.__call__ = _hashed_rewarder
-    app(["train", *argv], standalone_mode=False)
+    train_and_export(load_train_config(args.config, []), args.out, export=args.export,
+                     resume=args.resume)
 
 
 if __name__ == "__main__":

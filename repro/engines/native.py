@@ -4,15 +4,17 @@ Per step: P prompts from the compute-matched stream, G samples each (HF engine, 
 rewards from the evaluator's graders, group advantages, logp_old once per rollout batch (or the
 engine's), all at the sampling temperature (logits / T, as TRL does: the policy that sampled;
 with `behaviour_temperature` the sampler and logp_old use T_b while the loss scores at T, a
-controlled off-policy dose), then K updates on minibatches of whole groups with `policy_loss`
-(AdamW, grad-norm clipping, optional k3 KL). Diagnostics come from c = -dL/dlogp of each
-update's own loss. One Parquet row per step; checkpoints at `checkpoint_every` steps and at
-budget fractions; with `resume=True` a killed run continues from its newest checkpoint and ends
-bit-identical on CPU.
+controlled off-policy dose; with `sampler_dtype` a bf16 copy of the policy samples and gives
+logp_old, a realistic one), then `epochs` passes of K updates on minibatches of whole groups
+with `policy_loss` (AdamW, grad-norm clipping, optional k3 KL). Diagnostics come from
+c = -dL/dlogp of each update's own loss. One Parquet row per step; checkpoints at
+`checkpoint_every` steps and at budget fractions; with `resume=True` a killed run continues from
+its newest checkpoint and ends bit-identical on CPU.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import dataclass
@@ -30,9 +32,10 @@ from repro.objectives import AdvantageConfig, group_advantages
 from repro.progress import progress
 from repro.training.checkpoint import RunState, load_trainer_state, save_checkpoint
 from repro.training.config import TrainConfig
-from repro.training.logprobs import response_logprobs
+from repro.training.logprobs import response_logprobs, response_logprobs_and_aux
 from repro.training.probes import ProbeSet
 from repro.training.rollout import PromptStream, Rewarder, RolloutBatch, rollout
+from repro.training.router import router_aux_coef
 from repro.training.run import (
     checkpoint_due,
     finish_run,
@@ -59,6 +62,7 @@ class StepContext:
     rewarder: Rewarder
     engine: HFEngine
     n_params: int
+    aux_coef: float  # router load-balancing weight (0.0: dense model, or off)
 
 
 def train_native(
@@ -110,7 +114,8 @@ def step_context(cfg: TrainConfig, policy: str | Path) -> tuple[StepContext, Pro
     rewarder = Rewarder({stream.specs[n].kind for n in stream.names})
     engine = HFEngine(model, tok, batch_size=cfg.prompts_per_step)
     ctx = StepContext(cfg, model, tok, ref, opt, cfg.loss_config(), stream, rewarder, engine,
-                      sum(p.numel() for p in model.parameters()))
+                      sum(p.numel() for p in model.parameters()),
+                      router_aux_coef(model, cfg.router_aux_loss_coef))
     return ctx, probes
 
 
@@ -149,17 +154,20 @@ def rollout_stage(ctx: StepContext, step: int) -> ScoredRollout:
     sampling = SamplingConfig(temperature=t_behaviour, top_p=cfg.top_p, top_k=cfg.top_k,
                               max_new_tokens=cfg.max_new_tokens, n=cfg.group_size,
                               seed=cfg.seed * 1_000_003 + step)
+    sampler = sampler_copy(model, cfg.sampler_dtype)
+    engine = ctx.engine if sampler is model else HFEngine(sampler, ctx.tok,
+                                                          batch_size=cfg.prompts_per_step)
     model.eval()
-    batch = rollout(ctx.engine, ctx.stream.at(step), ctx.stream.specs, ctx.rewarder, sampling,
+    batch = rollout(engine, ctx.stream.at(step), ctx.stream.specs, ctx.rewarder, sampling,
                     want_engine_logp=cfg.behaviour_logprobs == "engine")
     model.train()
     args = (batch.input_ids, batch.attention_mask, batch.response_mask)
     with torch.no_grad():  # once per rollout batch: the behaviour policy, the entropy at T
         logp_old, entropy = response_logprobs(model, *args, chunk_size=cfg.logprob_chunk,
                                               temperature=cfg.temperature)
-        if t_behaviour != cfg.temperature:  # the off-policy dose: the sampler's own policy
-            logp_old = response_logprobs(model, *args, chunk_size=cfg.logprob_chunk,
-                                         temperature=t_behaviour, with_entropy=False)[0]
+        if t_behaviour != cfg.temperature or sampler is not model:  # the sampler's own policy
+            logp_old = response_logprobs(sampler, *args, chunk_size=cfg.logprob_chunk,
+                                         temperature=t_behaviour, with_entropy=False)[0].float()
         ref_logp = None if ref is None else response_logprobs(
             ref, *args, temperature=cfg.temperature, with_entropy=False)[0]
     if batch.engine_logp is not None:
@@ -169,33 +177,51 @@ def rollout_stage(ctx: StepContext, step: int) -> ScoredRollout:
     return ScoredRollout(batch, logp_old, ref_logp, entropy, adv, adv_info["zero_adv_frac"])
 
 
+def sampler_copy(model: Any, dtype: str | None) -> Any:
+    """The behaviour policy's weights: `model` itself, or (sampler_dtype) a copy of it in that
+    dtype made now, as a bf16 inference engine holds next to an fp32 trainer."""
+    if dtype is None:
+        return model
+    return copy.deepcopy(model).to(getattr(torch, dtype)).eval()
+
+
 def minibatch_rows(cfg: TrainConfig, step: int, batch: RolloutBatch) -> list[tuple[Tensor, int]]:
-    """The K minibatches of a step: (row mask, width) each, whole groups in a seeded order."""
-    order = torch.randperm(cfg.prompts_per_step, generator=torch.Generator().manual_seed(
-        cfg.seed * 1_000_003 + step)).view(cfg.minibatches, -1)
+    """The epochs x K minibatches of a step: (row mask, width) each, whole groups in a seeded
+    order; each pass draws the next permutation from the step's generator (pass 1's is the
+    single-pass order)."""
+    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
     out = []
-    for groups in order:
-        rows = torch.isin(batch.group, groups)
-        out.append((rows, int(batch.attention_mask[rows].sum(-1).max())))
+    for _ in range(cfg.epochs):
+        for groups in torch.randperm(cfg.prompts_per_step, generator=gen).view(cfg.minibatches, -1):
+            rows = torch.isin(batch.group, groups)
+            out.append((rows, int(batch.attention_mask[rows].sum(-1).max())))
     return out
 
 
 def update_stage(ctx: StepContext, step: int, scored: ScoredRollout) -> list[dict[str, float]]:
-    """The K optimizer updates on the scored rollout; returns each update's metrics."""
+    """The epochs x K optimizer updates on the scored rollout; returns each update's metrics. An MoE
+    policy's router loss, `aux_coef x aux_loss` over the minibatch's attended tokens, is added
+    after the objective's loss and diagnostics (`repro.training.router`); `loss` is the
+    objective's alone."""
     cfg, model, batch, ref_logp = ctx.cfg, ctx.model, scored.batch, scored.ref_logp
     args = (batch.input_ids, batch.attention_mask, batch.response_mask)
     updates = []
     for rows, width in minibatch_rows(cfg, step, batch):
         ids, attn, resp = (t[rows, :width] for t in args)
-        logp, _ = response_logprobs(model, ids, attn, resp, chunk_size=cfg.logprob_chunk,
-                                    temperature=cfg.temperature, with_entropy=False)
+        logp, _, aux = response_logprobs_and_aux(
+            model, ids, attn, resp, chunk_size=cfg.logprob_chunk, temperature=cfg.temperature,
+            with_entropy=False, router_aux=ctx.aux_coef != 0)
         loss, metrics = loss_and_diagnostics(
             ctx.loss_cfg, logp, scored.logp_old[rows, :width], resp, scored.adv[rows],
             batch.group[rows], ids, len(ctx.tok),
             ref_logp=None if ref_logp is None else ref_logp[rows, :width], kl_coef=cfg.kl_coef)
+        metrics |= {"loss": float(loss.detach()),
+                    "aux_loss": math.nan if aux is None else float(aux.detach())}
+        if aux is not None:
+            loss = loss + ctx.aux_coef * aux
         ctx.opt.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or math.inf)
         ctx.opt.step()
-        updates.append(metrics | {"loss": float(loss.detach()), "grad_norm": float(norm)})
+        updates.append(metrics | {"grad_norm": float(norm)})
     return updates

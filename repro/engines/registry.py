@@ -34,3 +34,23 @@ def train(
     resolved config; `resume` continues only from a checkpoint with the same pair."""
     trainer = ENGINES[cfg.engine]()
     return trainer(cfg, out, label=label, resume=resume, fingerprint=fingerprint)
+
+
+def train_and_export(
+    cfg: TrainConfig, out: Path, *, export: Path | None = None, label: str | None = None,
+    resume: bool = False, fingerprint: str = "",
+) -> Path:
+    """`train`, then (with `export`) copy the run's outputs there once, by the main process of a
+    multi-process (accelerate) run: what `repro train --export` does, callable without the CLI
+    (the FSDP2 twin's worker runs it in-process)."""
+    final = train(cfg, out, label=label, resume=resume, fingerprint=fingerprint)
+    if export is not None:
+        from accelerate import PartialState
+
+        from repro.training.export import export_run
+
+        dist = PartialState()
+        if dist.is_main_process:
+            export_run(out, export)
+        dist.wait_for_everyone()
+    return final

@@ -36,6 +36,7 @@ from repro.engines.fsdp import (
     recipe_policy,
 )
 from repro.engines.trl_args import build_grpo_config, check_layout
+from repro.engines.trl_dfpo import merge_micro_steps
 from repro.models import load
 from repro.models.loader import MASTER_DTYPE, load_for_sharding
 from repro.training.checkpoint import RunState, load_trainer_state, save_checkpoint
@@ -45,7 +46,6 @@ from repro.training.run import (
     checkpoint_due,
     finish_run,
     initial_state,
-    nanmean,
     open_run,
     probe_row,
     prompts_and_probes,
@@ -86,18 +86,6 @@ def prompt_dataset(stream: PromptStream, tok, first: int, last: int):
             rows.append({"prompt": text, "problem_key": len(problems)})
             problems.append(problem)
     return Dataset.from_list(rows), problems
-
-
-def merge_micro_steps(micro: list[dict[str, float]]) -> dict[str, float]:
-    """One optimizer step's metrics from its micro-steps: their losses add up (each is its
-    share under the step's global normaliser), weights take min/max, the rest a mean."""
-    if len(micro) == 1:
-        return micro[0]
-    merged = {k: nanmean([m[k] for m in micro]) for k in micro[0]}
-    merged["loss"] = sum(m["loss"] for m in micro)
-    merged["w_min"] = min(m["w_min"] for m in micro)
-    merged["w_max"] = max(m["w_max"] for m in micro)
-    return merged
 
 
 class RunLog(TrainerCallback):

@@ -86,6 +86,8 @@ def build_grpo_config(cfg: TrainConfig, *, out: Path, world_size: int, steps: in
         "gradient_checkpointing": False, "vllm_importance_sampling_correction": False,
         "cast_lm_head_to_fp32": half_precision, "disable_tqdm": True,
         "log_completions": False, "dataloader_num_workers": 0, "optim": "adamw_torch",
+        "router_aux_loss_coef": cfg.router_aux_loss_coef,  # None: the model config's (TRL)
+        "use_bias_correction_kl": False,  # the k3 KL is the project's (DFPOTrainer refuses it)
     }
     return GRPOConfig(**(fields | rollout_defaults(cfg.trl_args) | cfg.trl_args))
 

@@ -97,6 +97,28 @@ def _check_boot(n_boot: int, alpha: float) -> None:
         raise ValueError(f"alpha must be in (0, 1), got alpha={alpha}")
 
 
+def _seed_problem_weights(seed: int, n_seeds: int, n_problems: int,
+                          n_boot: int) -> tuple[np.ndarray, np.ndarray]:
+    """[n_boot, seeds] and [n_boot, problems] resampling weights (rows sum to 1) of the
+    two-level bootstrap: problems drawn first from `default_rng(seed)`, then seeds, independently.
+    A replicate of a [seeds, problems] statistic is `seed_w @ matrix @ problem_w`."""
+    counts, rng = _resample(seed, n_problems, n_boot)
+    return _counts(rng, n_seeds, n_boot) / n_seeds, counts / n_problems
+
+
+def _interval(replicates: np.ndarray, alpha: float) -> tuple[float, float]:
+    """The percentile interval: the alpha/2 and 1 - alpha/2 quantiles of the replicates."""
+    lo, hi = np.quantile(replicates, [alpha / 2, 1 - alpha / 2])
+    return float(lo), float(hi)
+
+
+def _centred_p(replicates: np.ndarray, diff: float) -> float:
+    """Two-sided p of a centred null: (1 + #{|d*_b - diff| >= |diff|}) / (n_boot + 1)."""
+    # tolerance: identical floating sums reached in another order must count as "as extreme"
+    extreme = np.abs(replicates - diff) >= abs(diff) - 1e-12
+    return (1 + int(extreme.sum())) / (len(replicates) + 1)
+
+
 def bootstrap_ci(
     per_problem_scores: Any = None,
     *,
@@ -134,14 +156,10 @@ def bootstrap_ci(
         mean = float(rate.mean())
     else:
         scores = np.atleast_2d(_as_matrix(per_problem_scores, "bootstrap_ci: scores", (1, 2)))
-        n_seeds, n_problems = scores.shape
-        counts, rng = _resample(seed, n_problems, n_boot)
-        problem_w = counts / n_problems
-        seed_w = _counts(rng, n_seeds, n_boot) / n_seeds
+        seed_w, problem_w = _seed_problem_weights(seed, *scores.shape, n_boot)
         replicates = np.einsum("br,rp,bp->b", seed_w, scores, problem_w)
         mean = float(scores.mean())
-    lo, hi = np.quantile(replicates, [alpha / 2, 1 - alpha / 2])
-    return mean, float(lo), float(hi)
+    return mean, *_interval(replicates, alpha)
 
 
 def paired_bootstrap(
@@ -167,11 +185,8 @@ def paired_bootstrap(
     per_problem = (x - y).reshape(len(x), -1).mean(axis=1)
     diff = float(per_problem.mean())
     replicates = _resample(seed, len(per_problem), n_boot)[0] @ per_problem / len(per_problem)
-    lo, hi = np.quantile(replicates, [alpha / 2, 1 - alpha / 2])
-    # tolerance: identical floating sums reached in another order must count as "as extreme"
-    extreme = np.abs(replicates - diff) >= abs(diff) - 1e-12
-    p_value = (1 + int(extreme.sum())) / (n_boot + 1)
-    return {"diff": diff, "lo": float(lo), "hi": float(hi), "p_value": p_value}
+    lo, hi = _interval(replicates, alpha)
+    return {"diff": diff, "lo": lo, "hi": hi, "p_value": _centred_p(replicates, diff)}
 
 
 def paired_seed_bootstrap(
@@ -193,16 +208,11 @@ def paired_seed_bootstrap(
         raise ValueError(f"paired_seed_bootstrap: a and b must be aligned, got {x.shape} and "
                          f"{y.shape}")
     d = x - y
-    n_seeds, n_problems = d.shape
-    counts, rng = _resample(seed, n_problems, n_boot)
-    problem_w = counts / n_problems
-    seed_w = _counts(rng, n_seeds, n_boot) / n_seeds
+    seed_w, problem_w = _seed_problem_weights(seed, *d.shape, n_boot)
     replicates = np.einsum("br,rp,bp->b", seed_w, d, problem_w)
     diff = float(d.mean())
-    lo, hi = np.quantile(replicates, [alpha / 2, 1 - alpha / 2])
-    extreme = np.abs(replicates - diff) >= abs(diff) - 1e-12
-    p_value = (1 + int(extreme.sum())) / (n_boot + 1)
-    return {"diff": diff, "lo": float(lo), "hi": float(hi), "p_value": p_value,
+    lo, hi = _interval(replicates, alpha)
+    return {"diff": diff, "lo": lo, "hi": hi, "p_value": _centred_p(replicates, diff),
             "per_seed": d.mean(axis=1).tolist()}
 
 
@@ -217,8 +227,54 @@ def seed_problem_replicates(
     if stack.ndim != 3 or stack.size == 0:
         raise ValueError(f"seed_problem_replicates: need a non-empty [m, seeds, problems] array, "
                          f"got {stack.shape}")
-    _, n_seeds, n_problems = stack.shape
-    counts, rng = _resample(seed, n_problems, n_boot)
-    problem_w = counts / n_problems
-    seed_w = _counts(rng, n_seeds, n_boot) / n_seeds
+    seed_w, problem_w = _seed_problem_weights(seed, *stack.shape[1:], n_boot)
     return stack.mean(axis=(1, 2)), np.einsum("br,mrp,bp->bm", seed_w, stack, problem_w)
+
+
+def unit_bootstrap(
+    values: Any, *, seed: int = 0, n_boot: int = 10_000, alpha: float = 0.05
+) -> tuple[float, float, float]:
+    """(mean, lo, hi) of per-unit values (one number per independent unit, e.g. a per-unit
+    paired difference of train-log metrics), resampling the units.
+
+    Units are drawn as indices (`integers` of `default_rng(seed)`), not as the multinomial
+    counts of `bootstrap_ci`: the same resampling distribution from another random stream, kept
+    because the mechanism study's committed P7-P9 intervals were drawn this way.
+    """
+    _check_boot(n_boot, alpha)
+    x = _as_matrix(values, "unit_bootstrap: values", (1,))
+    draws = np.random.default_rng(seed).integers(0, len(x), (n_boot, len(x)))
+    return float(x.mean()), *_interval(x[draws].mean(axis=1), alpha)
+
+
+def unit_band(
+    curves: Any, *, seed: int = 0, n_boot: int = 2_000, alpha: float = 0.05
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, lo, hi) per point of [units, points] curves: the mean over units and its
+    percentile interval, resampling the units (multinomial counts, as `bootstrap_ci` resamples
+    seeds). A unit's NaN point is left out of that point's means (a replicate that drew only
+    NaN units there is left out of its interval); a point with no finite value is NaN."""
+    _check_boot(n_boot, alpha)
+    y = np.asarray(curves, dtype=np.float64)
+    if y.ndim != 2 or y.size == 0:
+        raise ValueError(f"unit_band: need a non-empty [units, points] array, got {y.shape}")
+    finite = np.isfinite(y)
+    live = finite.any(axis=0)
+    values, weights = np.where(finite, y, 0.0)[:, live], finite[:, live].astype(float)
+    counts = _counts(np.random.default_rng(seed), len(y), n_boot).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):  # 0/0: a replicate of NaN units only
+        reps = (counts @ values) / (counts @ weights)
+    mean, lo, hi = (np.full(y.shape[1], np.nan) for _ in range(3))
+    mean[live] = values.sum(axis=0) / weights.sum(axis=0)
+    lo[live], hi[live] = np.nanquantile(reps, [alpha / 2, 1 - alpha / 2], axis=0)
+    return mean, lo, hi
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the input order."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    out, running = [1.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        out[i] = running
+    return out

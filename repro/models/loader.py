@@ -100,6 +100,17 @@ def load(
     return model, tokenizer
 
 
+def checkpoint_dtype(path_or_hub_id: str | Path) -> str:
+    """The dtype a checkpoint records in its config.json (``dtype``, or the older
+    ``torch_dtype``; float32 when it records none, transformers' own default): the dtype a
+    user expects the run's exported policies in."""
+    source, is_local, local_only = _source(path_or_hub_id)
+    with _hub_errors(source, is_local):
+        config = AutoConfig.from_pretrained(source, local_files_only=local_only)
+    dtype = getattr(config, "dtype", None) or "float32"
+    return str(dtype).removeprefix("torch.")
+
+
 def load_for_sharding(
     path_or_hub_id: str | Path,
     *,

@@ -1,12 +1,21 @@
-"""`TinyModelConfig`, the size and seed of a tiny Qwen3, apart from the model code.
+"""`TinyModelConfig`, the size, architecture and seed of a tiny Qwen3, apart from the model code.
 
 The workflow's parse-time checks validate `models.*.sft.model` blocks against it, and importing
 `repro.models.tiny` would load torch and transformers for that; `repro.models.tiny` re-exports it.
+
+Three architectures, each transformers' own class (`repro.models.tiny.build_tiny`): dense
+Qwen3 (the tiny default), Qwen3-MoE (top-k routed experts with a router load-balancing loss)
+and Qwen3-Next (the paper's 80B-A3B: Gated DeltaNet linear attention with one full-attention
+layer every `full_attention_interval`, routed experts plus a shared expert). The MoE fields are
+None on a dense model and filled with `MOE_DEFAULTS` on the others, so an MoE key set on a dense
+model, or a Next key on Qwen3-MoE, is an error rather than silently ignored.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+ARCHITECTURES = ("qwen3", "qwen3_moe", "qwen3_next")
 
 _POSITIVE_INTS = (
     "hidden_size",
@@ -18,14 +27,29 @@ _POSITIVE_INTS = (
     "max_position_embeddings",
 )
 
+# The MoE fields, the architectures that take each, and their tiny defaults: 8 experts of
+# width 32, top-2, the 80B's router coefficient 0.001 and its layer layout (3 linear-attention
+# layers, then a full-attention one).
+MOE_DEFAULTS: dict[str, tuple[tuple[str, ...], int | float]] = {
+    "num_experts": (("qwen3_moe", "qwen3_next"), 8),
+    "num_experts_per_tok": (("qwen3_moe", "qwen3_next"), 2),
+    "moe_intermediate_size": (("qwen3_moe", "qwen3_next"), 32),
+    "router_aux_loss_coef": (("qwen3_moe", "qwen3_next"), 0.001),
+    "shared_expert_intermediate_size": (("qwen3_next",), 32),
+    "full_attention_interval": (("qwen3_next",), 4),
+}
+
 
 @dataclass
 class TinyModelConfig:
-    """Size and seed of a tiny Qwen3 model (defaults: ~81k parameters).
+    """Size, architecture and seed of a tiny Qwen3 model (defaults: dense, ~81k parameters).
 
     Every field carries TRL-style ``help`` metadata for argument parsers.
     """
 
+    architecture: str = field(default="qwen3", metadata={
+        "help": "qwen3 (dense), qwen3_moe (routed experts) or qwen3_next (linear attention + "
+                "routed and shared experts, the paper's 80B-A3B)."})
     hidden_size: int = field(default=64, metadata={"help": "Width of the residual stream."})
     num_hidden_layers: int = field(default=2, metadata={"help": "Number of decoder layers."})
     num_attention_heads: int = field(default=4, metadata={"help": "Number of query heads."})
@@ -36,7 +60,7 @@ class TinyModelConfig:
         default=16, metadata={"help": "Per-head dimension; must be even for RoPE."}
     )
     intermediate_size: int = field(
-        default=128, metadata={"help": "Hidden width of the SwiGLU MLP."}
+        default=128, metadata={"help": "Hidden width of the dense SwiGLU MLP (qwen3)."}
     )
     max_position_embeddings: int = field(
         default=1024, metadata={"help": "Longest sequence (prompt + completion) accepted."}
@@ -48,10 +72,40 @@ class TinyModelConfig:
         default=True, metadata={"help": "Share the input-embedding and LM-head weights."}
     )
     seed: int = field(default=0, metadata={"help": "Torch seed for the random weight init."})
+    num_experts: int | None = field(default=None, metadata={
+        "help": "qwen3_moe/qwen3_next: routed experts per layer (null = 8)."})
+    num_experts_per_tok: int | None = field(default=None, metadata={
+        "help": "qwen3_moe/qwen3_next: top-k experts per token, <= num_experts (null = 2)."})
+    moe_intermediate_size: int | None = field(default=None, metadata={
+        "help": "qwen3_moe/qwen3_next: hidden width of each expert's SwiGLU (null = 32)."})
+    router_aux_loss_coef: float | None = field(default=None, metadata={
+        "help": "qwen3_moe/qwen3_next: the architecture's router load-balancing coefficient, "
+                "recorded in config.json (null = 0.001, Qwen3-Next-80B's); training reads it "
+                "unless TrainConfig.router_aux_loss_coef overrides it."})
+    shared_expert_intermediate_size: int | None = field(default=None, metadata={
+        "help": "qwen3_next: hidden width of the shared expert every token goes through "
+                "(null = 32)."})
+    full_attention_interval: int | None = field(default=None, metadata={
+        "help": "qwen3_next: every this-many-th layer is full attention, the others Gated "
+                "DeltaNet linear attention; <= num_hidden_layers (null = 4)."})
 
     def __post_init__(self) -> None:
-        for name in _POSITIVE_INTS:
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(f"TinyModelConfig.architecture must be one of {ARCHITECTURES}, "
+                             f"got {self.architecture!r}")
+        for name, (takers, default) in MOE_DEFAULTS.items():
+            if self.architecture not in takers:
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"TinyModelConfig.{name} is a {'/'.join(takers)} option, not one of "
+                        f"architecture {self.architecture!r}, got {getattr(self, name)!r}")
+            elif getattr(self, name) is None:
+                setattr(self, name, default)
+        ints = [n for n in MOE_DEFAULTS if n != "router_aux_loss_coef"]
+        for name in (*_POSITIVE_INTS, *ints):
             value = getattr(self, name)
+            if value is None and name in MOE_DEFAULTS:
+                continue
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"TinyModelConfig.{name} must be an int, got {value!r}")
             if value <= 0:
@@ -74,3 +128,21 @@ class TinyModelConfig:
             )
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"TinyModelConfig.seed must be an int >= 0, got {self.seed!r}")
+        if self.architecture != "qwen3":
+            self._check_moe()
+
+    def _check_moe(self) -> None:
+        """Routing and layer-layout rules of the MoE architectures."""
+        if self.num_experts_per_tok > self.num_experts:
+            raise ValueError(f"TinyModelConfig.num_experts_per_tok ({self.num_experts_per_tok}) "
+                             f"must be <= num_experts ({self.num_experts})")
+        coef = self.router_aux_loss_coef
+        if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not 0 <= coef < 1e9:
+            raise ValueError(f"TinyModelConfig.router_aux_loss_coef must be a finite number >= 0, "
+                             f"got {coef!r}")
+        interval = self.full_attention_interval
+        if interval is not None and interval > self.num_hidden_layers:
+            raise ValueError(
+                f"TinyModelConfig.full_attention_interval ({interval}) must be <= "
+                f"num_hidden_layers ({self.num_hidden_layers}): else no layer is full "
+                "attention")

@@ -33,8 +33,9 @@ class DFPOConfig(LossConfig):
     transform: str = field(
         default="min_replace",
         metadata={"help": f"Intra-group weight transform, one of {TRANSFORMS}: min_replace "
-                  "(Eq. 17), orth_proj (Eq. 18, exact non-negative projection), orth_proj_plain "
-                  "(Eq. 18 without the constraint), global_scale (step-size control), identity."},
+                  "(Eq. 17), group_mean (cancels, keeps the group's mean weight: control), "
+                  "orth_proj (Eq. 18, exact non-negative projection), orth_proj_plain (Eq. 18 "
+                  "without the constraint), global_scale (step-size control), identity."},
     )
     stop_gradient: bool = field(
         default=True,

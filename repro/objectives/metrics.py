@@ -17,7 +17,8 @@ def common_metrics(batch: Minibatch, weights: Tensor, clipped: Tensor, *,
 
     clipped: bool [B, T] of tokens whose gradient the trust region changed. clip_frac is
     token-weighted for every algorithm (verl's convention, also for GSPO). w_shift: DFPO's
-    mean |w~/w - 1| (NaN for objectives without an intra-group transform). The spread of s is
+    mean |w~/w - 1| (NaN for objectives without an intra-group transform). w_dev: mean |s - 1|
+    over the sequences (mean reading), how far the update is off-policy. The spread of s is
     reported under both readings whatever the objective uses, so a run shows how far apart
     the readings are in its own regime.
     """
@@ -31,6 +32,7 @@ def common_metrics(batch: Minibatch, weights: Tensor, clipped: Tensor, *,
         return {
             "s_spread": seq_ratio_spread(batch),
             "s_spread_product": seq_ratio_spread(batch, "product"),
+            "w_dev": float((batch.seq_log_ratio("mean").detach().double().exp() - 1).abs().mean()),
             "w_shift": w_shift,
             "clip_frac": float((clipped & mask).sum() / n_tok),
             "ppo_kl": float(ppo_kl),

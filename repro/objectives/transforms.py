@@ -70,6 +70,14 @@ def min_replace(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
     return groups.broadcast(groups.min(w))
 
 
+@register_transform("group_mean", cancels=True)
+def group_mean(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
+    """Control (issue 38): every member gets its group's mean weight. It cancels exactly, as
+    min_replace does, but keeps the group's average importance correction instead of shrinking
+    it to the minimum, so "cancellation" can be told apart from "damping the weights"."""
+    return groups.broadcast(groups.mean(w))
+
+
 def _projection_coefficient(
     w: Tensor, a: Tensor, groups: Groups, active: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:

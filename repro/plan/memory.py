@@ -10,6 +10,10 @@ checkpointing the layer boundaries plus one layer recomputed); the DFPO pre-pass
 forward of one micro-step's rows, chunked); the rollout engine (vLLM colocated at its memory
 utilisation, asleep during the update with sleep mode; or HF generate's KV cache for the whole
 local generation batch). Worst case throughout: every sequence at prompt + response budget.
+With `kl_coef` > 0, TRL's KL reference: built by every process from the start checkpoint in the
+policy's dtype (fp32 masters here; `create_model_from_path`, a whole copy per process in host
+memory while it loads), then sharded by `prepare_fsdp` (4N/W on each GPU). The paper presets
+set no KL (kl_coef 0: TRL, like the native engine, then builds no reference).
 Approximations, not measurements: activation bytes count the tensors autograd saves (no
 allocator slack), so RESERVE_GB is kept free on every GPU.
 """
@@ -31,6 +35,8 @@ RESERVE_GB = 6.0  # CUDA context, NCCL buffers, allocator fragmentation: never p
 VLLM_ACT_GB = 2.0  # vLLM's own forward at TRL's max_num_batched_tokens=4096, CUDA graphs
 VLLM_ASLEEP_GB = 1.0  # what a sleeping vLLM (level 2: weights and KV cache freed) keeps
 PROC_HOST_GB = 10.0  # host memory of one process: Python, torch, CUDA and vLLM runtimes
+REFERENCE = "KL reference fp32 (sharded)"
+REFERENCE_HOST = "KL reference, loaded whole by every process"
 RUNTIME_MARGIN = 1.2  # evaluation walltime over the token estimate (load, grading, stragglers)
 
 
@@ -94,6 +100,8 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: Hardware,
     states = {"fp32 masters (sharded)": _gb(4 * n / world),
               "fp32 gradients (sharded)": _gb(4 * n / world),
               "AdamW m, v fp32 (sharded)": _gb(8 * n / world)}
+    kl = float(train.get("kl_coef", TRAIN_DEFAULTS["kl_coef"])) > 0
+    reference = {REFERENCE: _gb(4 * n / world)} if kl else {}
     unit = max(shape.layer_params * (BF16 + 4), shape.embed_params * (4 + 4))  # fp32 head
     boundary = shape.layers * shape.hidden * BF16 + shape.layer_act_bytes_per_token
     act = micro * seq * (boundary if ckpt else shape.act_bytes_per_token)
@@ -104,7 +112,7 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: Hardware,
 
     rollout = Phase("rollout", gpu, {"fp32 masters (sharded)": states["fp32 masters (sharded)"],
                                      "AdamW m, v fp32 (sharded)":
-                                         states["AdamW m, v fp32 (sharded)"]})
+                                         states["AdamW m, v fp32 (sharded)"]} | reference)
     vllm_resident = 0.0
     if not args.get("use_vllm"):
         rows = local * k  # the whole generation batch of this process, KV cache of full layers
@@ -141,7 +149,7 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: Hardware,
         vllm_resident = VLLM_ASLEEP_GB if asleep else util * hw.gpu_memory_gb
     plan.phases.append(rollout)
 
-    update = Phase("update", gpu, dict(states))
+    update = Phase("update", gpu, dict(states) | reference)
     update.items["gathered unit (bf16 params, fp32 grads, x2)"] = _gb(2 * unit)
     label = "activations (checkpointed)" if ckpt else "activations (no checkpointing)"
     update.items[f"{label}, {micro} x {seq} tokens"] = _gb(act)
@@ -165,7 +173,8 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: Hardware,
 
     host = Phase("host memory per node", hw.host_memory_gb, {
         f"{per_node} processes' runtimes": per_node * PROC_HOST_GB,
-        "full fp32 state on node 0 (load, or save's gather)": _gb(4 * n)})
+        "full fp32 state on node 0 (load, or save's gather)": _gb(4 * n)}
+        | ({REFERENCE_HOST: per_node * _gb(4 * n)} if kl else {}))
     _refuse_over(host, "hardware.host_memory_gb", "node 0 holds the whole model once "
                  "(non-zero ranks load on the meta device)")
     plan.phases.append(host)

@@ -1,114 +1,59 @@
-"""`repro figures`: one function per figure, `(Aggregate) -> Figure`, from the aggregate alone.
+"""`repro figures`: one function per figure, `(Aggregate) -> Figure`, from the aggregate alone,
+one question each (figures_data prepares what they draw).
 
-Data preparation (seed curves on a common x, bands over seeds) is kept apart from drawing.
-Figures use `matplotlib.figure.Figure` without pyplot (no GUI backend, no global figure state;
-PNG goes through Agg) and are built and saved inside the package's style sheet
-(`paper.mplstyle`: TrueType fonts, colour-blind-safe cycle). Saved files carry no date or
-version stamp, so the same aggregate gives the same bytes. A figure without data still gets
-written, with a "no data" note, so the pipeline's declared outputs always exist.
+Every curve figure pools an algorithm's runs over models and seeds: a thick line for the mean
+over runs, a band for its 95% bootstrap interval over runs, each run thin behind it; the legend
+sits outside the axes, and every axis label says its unit. Figures use
+`matplotlib.figure.Figure` without pyplot (no GUI backend, no global figure state; PNG goes
+through Agg) and are built and saved inside the package's style sheet (`paper.mplstyle`:
+TrueType fonts, colour-blind-safe cycle). Saved files carry no date or version stamp, so the
+same aggregate gives the same bytes. A figure without data still gets written, with a "no
+data" note, so the pipeline's declared outputs always exist.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib as mpl
 import numpy as np
-import pyarrow as pa
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.style import context as style_context
+from matplotlib.ticker import EngFormatter, NullFormatter, PercentFormatter
 
 from repro.atomic import atomic_file
-from repro.diagnostics.curves import moving_average
+from repro.reporting.figures_data import Band, bands, budget_curves, per_run, pooled_runs
 from repro.reporting.load import Aggregate, load_aggregate
 from repro.reporting.scores import compare, estimate
 from repro.reporting.study import Study
-from repro.reporting.tables_eval import pooled_scores
 
 STYLE = Path(__file__).with_name("paper.mplstyle")
 SAVE_METADATA = {"pdf": {"CreationDate": None}, "png": {"Software": None}}
-LINESTYLES = ("-", "--", "-.", ":")  # one per model when an aggregate holds several
-GRID_POINTS = 100  # common x grid of curves against cumulative tokens
+WIDE, WIDER = (7.5, 3.6), (10.5, 3.6)  # one panel / two or three, with the legend beside them
+STEP = "training step (rollout batches)"
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Band:
-    """One algorithm's curve over seeds: mean line, min-max band."""
-
-    algo: str
-    label: str
-    x: np.ndarray
-    mean: np.ndarray
-    lo: np.ndarray
-    hi: np.ndarray
-    linestyle: str
-
-
-def seed_matrix(curves: Mapping[int, pa.Table], column: str, *, x: str = "step",
-                window: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """x [points] and `column` [seeds, points] (trailing mean over `window` steps) on a common x:
-    the steps every seed has, or for a cumulative x (gen_tokens_cum) a grid over the range every
-    seed covers, linearly interpolated."""
-    series = []
-    for curve in curves.values():
-        y = curve[column].to_numpy().astype(float)
-        series.append((curve[x].to_numpy().astype(float)[window - 1:],
-                       y if window == 1 else moving_average(y, window)))
-    if not series or min(xs.size for xs, _ in series) == 0:
-        return np.empty(0), np.empty((0, 0))
-    if x == "step":
-        common = functools.reduce(np.intersect1d, (xs for xs, _ in series))
-        return common, np.array([y[np.isin(xs, common)] for xs, y in series])
-    lo, hi = max(xs[0] for xs, _ in series), min(xs[-1] for xs, _ in series)
-    if lo > hi:
-        return np.empty(0), np.empty((0, 0))
-    grid = np.linspace(lo, hi, GRID_POINTS)
-    return grid, np.array([np.interp(grid, xs, y) for xs, y in series])
-
-
-def main_bands(agg: Aggregate, column: str, *, x: str = "step", window: int = 1) -> list[Band]:
-    """Bands of the main algorithms at the main group size, per model."""
-    s, models, bands = agg.study, agg.models(), []
-    for i, model in enumerate(models):
-        for algo in s.main_algos:
-            xs, ys = seed_matrix(agg.seed_curves(model, algo, s.main_group_size), column, x=x,
-                                 window=window)
-            if xs.size:
-                label = algo if len(models) == 1 else f"{algo} ({model})"
-                bands.append(Band(algo, label, xs, *_spread(ys), LINESTYLES[i % len(LINESTYLES)]))
-    return bands
-
-
-def _spread(ys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean, min and max over seeds, ignoring NaN (NaN where every seed is NaN), no warnings."""
-    finite = np.isfinite(ys)
-    count = finite.sum(axis=0)
-    mean = np.where(count > 0, np.where(finite, ys, 0.0).sum(axis=0) / np.maximum(count, 1), np.nan)
-    return mean, np.fmin.reduce(ys, axis=0), np.fmax.reduce(ys, axis=0)
 
 
 def colours(study: Study) -> dict[str, str]:
     """Run label -> colour, in the study's order, the same in every figure (style's cycle)."""
     cycle = mpl.rcParams["axes.prop_cycle"].by_key()["color"]
-    order = dict.fromkeys([*study.main_algos, *study.ablation_algos, *study.group_algos])
-    return {algo: cycle[i % len(cycle)] for i, algo in enumerate(order)}
+    return {algo: cycle[i % len(cycle)] for i, algo in enumerate(_order(study))}
 
 
-def _draw(ax: Axes, bands: list[Band], study: Study, *, log_y: bool = False) -> None:
-    palette = colours(study)
-    for band in bands:
-        ax.plot(band.x, band.mean, band.linestyle, color=palette[band.algo], label=band.label)
-        ax.fill_between(band.x, band.lo, band.hi, color=palette[band.algo], alpha=0.18, linewidth=0)
-    values = np.concatenate([band.lo for band in bands] or [np.empty(0)])
-    values = values[np.isfinite(values)]
-    if log_y and values.size and values.min() > 0:
-        ax.set_yscale("log")
+def dashed(study: Study) -> set[str]:
+    """The run labels past the colour cycle: drawn dashed (hollow markers) so that no two
+    algorithms look alike."""
+    cycle = len(mpl.rcParams["axes.prop_cycle"].by_key()["color"])
+    return {algo for i, algo in enumerate(_order(study)) if (i // cycle) % 2}
+
+
+def _order(study: Study) -> list[str]:
+    return list(dict.fromkeys([*study.main_algos, *study.ablation_algos, *study.group_algos]))
 
 
 def no_data(what: str) -> Figure:
@@ -118,62 +63,206 @@ def no_data(what: str) -> Figure:
     return fig
 
 
-def _band_note(agg: Aggregate) -> str:
-    return (f"{agg.study.experiment}, G = {agg.study.main_group_size}: mean over seeds, "
-            "band min-max")
+def _title(fig: Figure, agg: Aggregate, question: str) -> None:
+    fig.suptitle(f"{question} ({agg.study.experiment}, G = {agg.study.main_group_size})",
+                 fontsize=9)
+
+
+BAND_NOTE = "mean over runs\n(every model, seed)\nband: 95% CI over runs\nthin: single runs"
+
+
+def _legend(fig: Figure, title: str = BAND_NOTE) -> None:
+    """One legend for the figure, right of the axes: each label once, in drawing order; its
+    title says what the lines and bands are."""
+    found: dict[str, object] = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            found.setdefault(label, handle)
+    if found:
+        fig.legend(list(found.values()), list(found), loc="outside right upper", title=title,
+                   title_fontsize=8, alignment="left")
+
+
+def _draw_bands(ax: Axes, drawn: Sequence[Band], study: Study, *, log_y: bool = False) -> None:
+    palette, broken = colours(study), dashed(study)
+    for band in drawn:
+        colour = palette[band.algo]
+        ax.plot(band.x, band.runs.T, color=colour, alpha=0.25, linewidth=0.6)
+        ax.fill_between(band.x, band.lo, band.hi, color=colour, alpha=0.2, linewidth=0)
+        ax.plot(band.x, band.mean, "--" if band.algo in broken else "-", color=colour,
+                linewidth=1.8, label=band.algo)
+    lows = np.concatenate([b.runs.ravel() for b in drawn] or [np.empty(0)])
+    lows = lows[np.isfinite(lows)]
+    if log_y and lows.size and lows.min() > 0:
+        ax.set_yscale("log")
+        ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _curves(agg: Aggregate, question: str, panels: Sequence[tuple[str, str]], *,
+            x: str = "step", xlabel: str = STEP, window: int = 1,
+            algos: Sequence[str] | None = None, log_y: bool = False
+            ) -> tuple[Figure, list[Axes]] | None:
+    """A panel per (column, ylabel) of the algorithms' bands; None when no panel has data."""
+    algos = agg.study.main_algos if algos is None else algos
+    drawn = [(column, ylabel, bands(agg, algos, column, x=x, window=window))
+             for column, ylabel in panels]
+    drawn = [(column, ylabel, b) for column, ylabel, b in drawn if b]
+    if not drawn:
+        return None
+    fig = Figure(figsize=WIDE if len(drawn) == 1 else WIDER, layout="constrained")
+    axes = list(np.atleast_1d(fig.subplots(1, len(drawn))))
+    for ax, (column, ylabel, b) in zip(axes, drawn, strict=True):
+        _draw_bands(ax, b, agg.study, log_y=log_y)
+        ax.set(xlabel=xlabel, ylabel=ylabel, label=column)
+    _title(fig, agg, question)
+    return fig, axes
 
 
 def reward_vs_compute(agg: Aggregate) -> Figure:
     s = agg.study
-    bands = main_bands(agg, "reward_mean", x="gen_tokens_cum", window=s.smooth_window)
-    if not bands:
+    made = _curves(agg, "Train reward over compute", [
+        ("reward_mean", f"train reward (0-1, trailing mean of "
+                                         f"{s.smooth_window} steps)")],
+                   x="gen_tokens_cum", xlabel="generated tokens per run (cumulative, tokens)",
+                   window=s.smooth_window)
+    if made is None:
         return no_data("no training runs of the main algorithms")
-    fig = Figure(layout="constrained")
-    ax = fig.add_subplot()
-    _draw(ax, bands, s)
+    fig, (ax,) = made
     ax.axhline(s.threshold, color="0.4", linestyle=":", linewidth=1, label=f"κ = {s.threshold:g}")
-    ax.set(xlabel="generated tokens (cumulative)",
-           ylabel=f"train reward (trailing mean of {s.smooth_window} steps)")
-    ax.legend()
-    fig.suptitle(_band_note(agg), fontsize=9)
+    ax.xaxis.set_major_formatter(EngFormatter())
+    _legend(fig)
     return fig
 
 
-def _step_figure(agg: Aggregate, column: str, ylabel: str) -> Figure:
-    bands = main_bands(agg, column)
-    if not bands:
+def _step_figure(agg: Aggregate, question: str, column: str, ylabel: str) -> Figure:
+    made = _curves(agg, question, [(column, ylabel)])
+    if made is None:
         return no_data(f"no {column} curves of the main algorithms")
-    fig = Figure(layout="constrained")
-    ax = fig.add_subplot()
-    _draw(ax, bands, agg.study)
-    ax.set(xlabel="step (rollout batch)", ylabel=ylabel)
-    ax.legend()
-    fig.suptitle(_band_note(agg), fontsize=9)
-    return fig
+    _legend(made[0])
+    return made[0]
 
 
 def entropy_vs_step(agg: Aggregate) -> Figure:
-    return _step_figure(agg, "entropy", "token entropy of rollouts")
+    return _step_figure(agg, "Entropy of the rollouts over training", "entropy",
+                        "token entropy of rollouts (nats per token)")
 
 
 def logodds_drift_vs_step(agg: Aggregate) -> Figure:
-    return _step_figure(agg, "logodds_drift", "log-odds drift between equal answers")
+    return _step_figure(agg, "Drift between equally correct answers", "logodds_drift",
+                        "log-odds drift between equal answers (nats)")
 
 
 def kl_template_vs_step(agg: Aggregate) -> Figure:
-    return _step_figure(agg, "kl_template", "KL at template contexts (consecutive steps)")
+    return _step_figure(agg, "Change at template contexts", "kl_template",
+                        "KL at template contexts, step to step (nats)")
 
 
 def mechanism_vs_step(agg: Aggregate) -> Figure:
-    panels = [(c, main_bands(agg, c)) for c in ("asym", "freq_energy")]
-    if not any(bands for _, bands in panels):
+    made = _curves(agg, "Mechanism metrics over training", [
+        ("asym", "asym: coefficient spread per unit advantage (CV)"),
+        ("freq_energy", "freq_energy: net push on frequent tokens (share)")], log_y=True)
+    if made is None:
         return no_data("no asym / freq_energy curves of the main algorithms")
-    fig = Figure(figsize=(9.0, 3.5), layout="constrained")
-    for ax, (column, bands) in zip(fig.subplots(1, 2), panels, strict=True):
-        _draw(ax, bands, agg.study, log_y=True)
-        ax.set(xlabel="step (rollout batch)", ylabel=column, title=column)
-    fig.axes[0].legend()
-    fig.suptitle(_band_note(agg), fontsize=9)
+    _legend(made[0])
+    return made[0]
+
+
+def spread_of_s_vs_step(agg: Aggregate) -> Figure:
+    """Does the off-policy regime give the transforms anything to act on? The within-group
+    spread of the sequence ratio s, (max - min) / mean, under both readings of s."""
+    made = _curves(agg, "Within-group spread of s over training", [
+        ("s_spread", "spread of s, (max - min) / mean (%)"),
+        ("s_spread_product", "spread of s, (max - min) / mean (%)")])
+    if made is None:
+        return no_data("no s_spread curves of the main algorithms")
+    fig, axes = made
+    for ax in axes:
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_title({"s_spread": "mean reading", "s_spread_product": "product reading"}[
+            ax.get_label()])
+    _legend(fig)
+    return fig
+
+
+def accuracy_vs_budget(agg: Aggregate) -> Figure:
+    """Held-out accuracy over the training budget: the main algorithms, and the ablations
+    beside the proposed method, each from the start at 0."""
+    s = agg.study
+    start, main = budget_curves(agg, s.main_algos)
+    _, ablations = budget_curves(agg, [s.proposed, *s.ablation_algos]) if s.ablation_algos \
+        else (None, [])
+    panels = [(title, curves) for title, curves in (
+        ("main comparison", main), (f"ablations (and {s.proposed})", ablations)) if curves]
+    if not panels:
+        return no_data("no held-out evaluations of RL checkpoints")
+    palette, broken = colours(s), dashed(s)
+    fig = Figure(figsize=WIDE if len(panels) == 1 else WIDER, layout="constrained")
+    axes = list(np.atleast_1d(fig.subplots(1, len(panels), sharey=True)))
+    for ax, (title, curves) in zip(axes, panels, strict=True):
+        if start:
+            e = start.estimates[0]
+            ax.errorbar([0.0], [e.mean], yerr=[[e.mean - e.lo], [e.hi - e.mean]], fmt="s",
+                        color="black", capsize=3, markersize=4, label="start (SFT)")
+        for c in curves:
+            colour = palette[c.algo]
+            ax.plot(np.array(c.fracs), c.runs.T, color=colour, alpha=0.25, linewidth=0.6)
+            points = [*([(0.0, start.estimates[0])] if start else []),
+                      *zip(c.fracs, c.estimates, strict=True)]
+            x = np.array([f for f, _ in points])
+            ax.fill_between(x, [e.lo for _, e in points], [e.hi for _, e in points],
+                            color=colour, alpha=0.2, linewidth=0)
+            ax.plot(x, [e.mean for _, e in points], "o--" if c.algo in broken else "o-",
+                    color=colour, markersize=3, linewidth=1.8, label=c.algo)
+        ax.set(xlabel="share of the training budget (%)", title=title)
+        ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+    axes[0].set_ylabel("held-out avg@k (%, pooled over benchmarks)")
+    _title(fig, agg, "Held-out accuracy over the training budget")
+    _legend(fig, "mean over runs\nand problems\nband: 95% CI over\nruns and problems\n"
+                 "thin: single runs")
+    return fig
+
+
+MECHANISM_BY_ALGO = (
+    ("asym", "asym: coefficient spread\nper unit advantage", "CV"),
+    ("residual_full", "residual_full: net push\nleft on shared nodes", "share"),
+    ("freq_energy", "freq_energy: net push\non frequent tokens", "share"),
+)
+
+
+def mechanism_by_algorithm(agg: Aggregate) -> Figure:
+    """asym, residual_full and freq_energy per algorithm: each run's mean over steps, and the
+    mean over runs with its 95% bootstrap interval (log scale where the values span more than
+    a factor of 30, all > 0)."""
+    s = agg.study
+    algos = list(dict.fromkeys([*s.main_algos, *s.ablation_algos]))
+    panels = [(title, unit, per_run(agg, algos, column))
+              for column, title, unit in MECHANISM_BY_ALGO]
+    panels = [(title, unit, rows) for title, unit, rows in panels if rows]
+    if not panels:
+        return no_data("no asym / residual_full / freq_energy curves")
+    palette, broken = colours(s), dashed(s)
+    order = {a: i for i, a in enumerate(algos)}
+    fig = Figure(figsize=(10.5, 1.2 + 0.3 * len(algos)), layout="constrained")
+    axes = list(np.atleast_1d(fig.subplots(1, len(panels), sharey=True)))
+    for ax, (title, unit, rows) in zip(axes, panels, strict=True):
+        for r in rows:
+            y, face = order[r.algo], "none" if r.algo in broken else palette[r.algo]
+            ax.plot(r.values, np.full(r.values.size, y), "o", color=palette[r.algo],
+                    markerfacecolor=face, alpha=0.35, markersize=3)
+            ax.errorbar([r.mean], [y], xerr=[[r.mean - r.lo], [r.hi - r.mean]], fmt="D",
+                        color=palette[r.algo], markerfacecolor=face, markersize=5, capsize=3)
+        values = np.concatenate([r.values for r in rows])
+        logged = values.min() > 0 and values.max() > 30 * values.min()
+        if logged:
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set(title=title, xlabel=f"mean over steps ({unit}{', log scale' if logged else ''})")
+    axes[0].set_yticks(range(len(algos)), labels=algos)
+    axes[0].invert_yaxis()
+    fig.legend([Line2D([], [], marker="o", linestyle="", color="0.3", alpha=0.35),
+                Line2D([], [], marker="D", linestyle="", color="0.3")],
+               ["one run", "mean over runs,\n95% CI over runs"], loc="outside right upper")
+    _title(fig, agg, "Mechanism metrics by algorithm")
     return fig
 
 
@@ -184,26 +273,22 @@ class Points:
     algo: str
     label: str
     rows: list[tuple[int, float, float, float]]
-    linestyle: str
 
 
 def group_size_points(agg: Aggregate) -> tuple[list[Points], list[Points]]:
-    """avg@k (pooled over benchmarks, 95% CI) and Δ vs the baseline (paired, 95% CI) by G."""
-    s, models = agg.study, agg.models()
+    """avg@k (pooled over benchmarks, models and seeds; 95% CI) and Δ vs the baseline (paired
+    per run; 95% CI) by G, at the final fraction."""
+    s = agg.study
+    gs = sorted({g for m in agg.models() for g in agg.group_sizes(m, s.group_algos)})
+    pooled = {(a, g): pooled_runs(agg, a, g, s.final_frac) for a in s.group_algos for g in gs}
     scores, deltas = [], []
-    for i, model in enumerate(models):
-        style = LINESTYLES[i % len(LINESTYLES)]
-        suffix = "" if len(models) == 1 else f" ({model})"
-        gs = agg.group_sizes(model, s.group_algos)
-        pooled = {(a, g): pooled_scores(agg, model, a, g) for a in s.group_algos for g in gs}
-        for algo in s.group_algos:
-            ests = [(g, estimate(pooled[algo, g])) for g in gs]
-            scores.append(Points(algo, algo + suffix,
-                                 [(g, e.mean, e.lo, e.hi) for g, e in ests if e], style))
-            if algo != s.baseline:
-                tests = [(g, compare(pooled[algo, g], pooled[s.baseline, g])) for g in gs]
-                deltas.append(Points(algo, f"{algo} - {s.baseline}{suffix}",
-                                     [(g, t.diff, t.lo, t.hi) for g, t in tests if t], style))
+    for algo in s.group_algos:
+        ests = [(g, estimate(pooled[algo, g])) for g in gs]
+        scores.append(Points(algo, algo, [(g, e.mean, e.lo, e.hi) for g, e in ests if e]))
+        if algo != s.baseline:
+            tests = [(g, compare(pooled[algo, g], pooled[s.baseline, g])) for g in gs]
+            deltas.append(Points(algo, f"{algo} - {s.baseline}",
+                                 [(g, t.diff, t.lo, t.hi) for g, t in tests if t]))
     return [p for p in scores if p.rows], [p for p in deltas if p.rows]
 
 
@@ -214,26 +299,28 @@ def group_size_ablation(agg: Aggregate) -> Figure:
         return no_data("no group-size ablation runs")
     palette = colours(s)
     gs = sorted({row[0] for points in scores for row in points.rows})
-    fig = Figure(figsize=(9.0, 3.5), layout="constrained")
+    fig = Figure(figsize=WIDER, layout="constrained")
     left, right = fig.subplots(1, 2)
-    for ax, series, ylabel in ((left, scores, "avg@k (%), pooled over benchmarks"),
+    for ax, series, ylabel in ((left, scores, "held-out avg@k (%, pooled over benchmarks)"),
                                (right, deltas, f"Δ vs {s.baseline} (points, 95% CI)")):
         for points in series:
             g, mid, lo, hi = (np.array(v, dtype=float) for v in zip(*points.rows, strict=True))
-            ax.errorbar(g, mid, yerr=[mid - lo, hi - mid], fmt="o" + points.linestyle,
-                        color=palette[points.algo], capsize=3, label=points.label)
-        ax.set(xscale="log", xlabel="group size G", ylabel=ylabel)
+            ax.errorbar(g, mid, yerr=[mid - lo, hi - mid], fmt="o-", color=palette[points.algo],
+                        capsize=3, label=points.label)
+        ax.set(xscale="log", xlabel="group size G (responses per prompt)", ylabel=ylabel)
         ax.set_xticks(gs, labels=[str(g) for g in gs])
         ax.minorticks_off()
-        if series:
-            ax.legend()
     right.axhline(0, color="0.4", linewidth=1)
-    fig.suptitle(f"Group size ablation, frac = {s.final_frac:g} ({s.experiment})", fontsize=9)
+    fig.suptitle(f"Group size ablation at frac = {s.final_frac:g} ({s.experiment})", fontsize=9)
+    _legend(fig, "mean over runs\nand problems,\n95% CI")
     return fig
 
 
 FIGURES: dict[str, Callable[[Aggregate], Figure]] = {
     "reward_vs_compute": reward_vs_compute,
+    "accuracy_vs_budget": accuracy_vs_budget,
+    "spread_of_s_vs_step": spread_of_s_vs_step,
+    "mechanism_by_algorithm": mechanism_by_algorithm,
     "entropy_vs_step": entropy_vs_step,
     "logodds_drift_vs_step": logodds_drift_vs_step,
     "kl_template_vs_step": kl_template_vs_step,

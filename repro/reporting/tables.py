@@ -20,28 +20,17 @@ from repro.reporting.tables_budget import budget_table
 from repro.reporting.tables_eval import ablation_tables, main_table
 from repro.reporting.tables_paper import paper_table
 from repro.reporting.tables_train import compute_table, mechanism_table
-from repro.reporting.verdict import verdict_table
-from repro.reporting.verdict_mechanism import mechanism_verdict_tables
+from repro.reporting.verdict import verdict_tables
+from repro.reporting.verdict_spec import spec_for
 from repro.results import PAPER_REFERENCE, read_table
 from repro.results.environment import summary
-
-# The rules of the verdict table, by the study's experiment label: each pre-registration's own
-# (docs/preregistration-2.md for the mechanism study); docs/preregistration.md's otherwise.
-PREREGISTRATIONS: dict[str, Callable[[Aggregate], list[Table]]] = {
-    "mechanism-study": mechanism_verdict_tables,
-}
-
-
-def preregistered_verdicts(agg: Aggregate) -> list[Table]:
-    return PREREGISTRATIONS.get(agg.study.experiment, verdict_table)(agg)
-
 
 TABLES: dict[str, Callable[[Aggregate], list[Table]]] = {
     "main": main_table,
     "compute": compute_table,
     "mechanism": mechanism_table,
     "ablations": ablation_tables,
-    "verdict": preregistered_verdicts,
+    "verdict": verdict_tables,  # the rules of the experiment's predictions file
     "budget": budget_table,
 }
 
@@ -49,6 +38,7 @@ TABLES: dict[str, Callable[[Aggregate], list[Table]]] = {
 def write_tables(aggregate: Path, out: Path, paper: Path | None = None) -> list[Path]:
     """Write the tables under `out`; with `paper` (a PAPER_REFERENCE file) also paper.md/.tex."""
     agg = load_aggregate(aggregate)
+    spec_for(agg.study.experiment)  # a predictions file that cannot be tested stops us first
     built = {name: build(agg) for name, build in TABLES.items()}
     if paper is not None:
         built["paper"] = paper_table(agg, read_table(paper, PAPER_REFERENCE))

@@ -167,3 +167,25 @@ def mechanism_table(agg: Aggregate) -> list[Table]:
         "policy's fault); a count well above 0 makes the reward curves suspect.",
     ]
     return [Table(f"Mechanism metrics ({s.experiment})", header, rows, notes)]
+
+
+REGIME = ("s_spread", "s_spread_product", "w_shift", "clip_frac", "shared_frac")
+
+
+def regime_table(agg: Aggregate) -> Table:
+    """Per algorithm, the mean over every logged step of every run (all models) of what the
+    off-policy regime is made of: the spread of s, DFPO's weight shift, clipping."""
+    s, rows = agg.study, []
+    for algo in (*s.main_algos, *s.ablation_algos):
+        runs = [curve for model in agg.models()
+                for curve in agg.seed_curves(model, algo, s.main_group_size).values()]
+        cells = []
+        for column in REGIME:
+            values = np.concatenate([c[column].to_numpy(zero_copy_only=False).astype(float)
+                                     for c in runs] or [np.empty(0)])
+            cells.append(f"{nanmean(values):.4f}" if np.isfinite(values).any() else "n/a")
+        rows.append([algo, str(len(runs)), *cells])
+    title = f"The regime: spread of s, DFPO's weight shift, clipping ({s.experiment})"
+    return Table(title, ["method", "units", *REGIME], rows,
+                 ["Mean over every logged step of every unit (train log); s_spread: the mean "
+                  "reading, s_spread_product: the product reading (docs/objectives.md)."])

@@ -1,212 +1,266 @@
-"""The verdict table: each pre-registered prediction (docs/preregistration.md) with its numbers
-and "holds", "fails" or "inconclusive", decided by the thresholds written there before the run.
-
-The rules below are the pre-registration's table, one function per row; they read only the
-aggregate, compare only seeds both sides have, and say so in the numbers they print.
+"""The verdict table: each pre-registered prediction with its numbers and "holds", "fails" or
+"inconclusive", decided by the rules its study's predictions file states
+(repro/reporting/predictions/*.yaml, one per docs/preregistration*.md; schema:
+docs/predictions.md). One engine for every study: the file names the arms, metric, test and
+thresholds; this module reads the aggregate, applies the gates, Holm-adjusts the families and
+prints the table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
-
-from repro.evaluation.stats import seed_problem_replicates
-from repro.reporting.load import Aggregate, SeedScores
+from repro.evaluation.stats import holm
+from repro.reporting import verdict_rules as rules
+from repro.reporting.load import Aggregate
 from repro.reporting.render import Table
-from repro.reporting.scores import Comparison, compare
-from repro.reporting.study import INIT_ALGO, INIT_FRAC
-from repro.reporting.tables_eval import pooled_scores
-from repro.reporting.tables_train import threshold_hits
+from repro.reporting.tables_train import regime_table
+from repro.reporting.verdict_metrics import (
+    Part,
+    Scope,
+    curves,
+    score_pair,
+    unit_values,
+)
+from repro.reporting.verdict_spec import Row, Spec, SpecError, metric_parts, spec_for
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
-NO_LEARNING = "inconclusive (no learning)"
-MIN_EFFECT = 1.0  # points of avg@k: the smallest accuracy effect of interest
-LEARNING_FLOOR = 5.0  # V: grpo's gain over the start must have its lower bound above this
-SMOOTH = 5  # steps of the "final" train-log values
+# descriptive tables a predictions file may add after its verdicts ("reported without a verdict")
+EXTRA_TABLES: dict[str, Callable[[Aggregate], Table]] = {"regime": regime_table}
 
 
 @dataclass(frozen=True)
 class Verdict:
+    block: str | None  # the model or subset of the row's block; None with one block
     pid: str
     claim: str
     numbers: str
     verdict: str
 
 
-def _accuracy(test: Comparison | None, pid: str, claim: str, learned: bool) -> Verdict:
-    if test is None:
-        return Verdict(pid, claim, "no paired runs", INCONCLUSIVE)
-    numbers = (f"Δ = {test.diff:+.1f} [{test.lo:+.1f}, {test.hi:+.1f}] points, "
-               f"{test.seeds} seeds x {test.problems} problems")
-    if not learned:
-        return Verdict(pid, claim, numbers, NO_LEARNING)
-    verdict = HOLDS if test.lo > 0 else FAILS if test.hi < MIN_EFFECT else INCONCLUSIVE
-    return Verdict(pid, claim, numbers, verdict)
+@dataclass(frozen=True)
+class Tested:
+    """A row's statistics before its verdict: `stats` None when there is nothing to compare."""
+
+    row: Row
+    stats: dict[str, Any] | None
+    numbers: Callable[[dict[str, Any]], str]  # the numbers text, given the final statistics
+    subs: tuple[Tested, ...] = ()  # a composite's parts
 
 
-def _final(agg: Aggregate, model: str, algo: str, g: int) -> SeedScores:
-    return pooled_scores(agg, model, algo, g)
+def bind(agg: Aggregate, spec: Spec, arm: str) -> str | None:
+    """The run label of an arm: a study setting (proposed, baseline), a role (the first
+    ablation whose label ends so; None without one), or the label itself."""
+    if arm in ("proposed", "baseline"):
+        return getattr(agg.study, arm)
+    role = spec.roles.get(arm)
+    if role is None:
+        return arm
+    return next((a for a in agg.study.ablation_algos if a.endswith(role.ablation_ending)), None)
 
 
-def _per_seed(agg: Aggregate, model: str, algo: str, g: int,
-              value: Callable[[Callable[[str], np.ndarray]], float]) -> dict[int, float]:
-    """seed -> value(col) of each run, where col(name) is that run's train-log column."""
-    return {seed: value(lambda name, c=curve: c[name].to_numpy().astype(float))
-            for seed, curve in agg.seed_curves(model, algo, g).items()}
+def check_registered(agg: Aggregate, spec: Spec) -> None:
+    """An aggregate of the experiment the file was registered for must have been run with the
+    settings and arms it registers."""
+    if agg.study.experiment != spec.registered_for:
+        return
+    for key, value in spec.settings.items():
+        got = getattr(agg.study, key)
+        if got != (tuple(value) if isinstance(value, list) else value):
+            raise SpecError(f"{spec.path}: settings.{key}: registered {value!r}, but the "
+                            f"{agg.study.experiment} aggregate has {got!r}")
+    for name, role in spec.roles.items():
+        if bind(agg, spec, name) != role.registered:
+            raise SpecError(f"{spec.path}: roles.{name}: registered {role.registered!r}, but the "
+                            f"{agg.study.experiment} aggregate binds {bind(agg, spec, name)!r}")
 
 
-def _paired(a: dict[int, float], b: dict[int, float]) -> list[tuple[float, float]]:
-    return [(a[s], b[s]) for s in sorted(set(a) & set(b))]
+def _decide(row: Row, stats: Mapping[str, Any] | None) -> str:
+    if stats is None:
+        return INCONCLUSIVE
+    if row.holds.met(stats):
+        return HOLDS
+    return FAILS if row.fails.otherwise or row.fails.met(stats) else INCONCLUSIVE
 
 
-def validity(agg: Aggregate, model: str) -> tuple[Verdict, bool]:
-    s = agg.study
-    init = {b: agg.seed_scores(model, INIT_ALGO, b, None, INIT_FRAC) for b in agg.benchmarks()}
-    pooled: SeedScores = {}
-    for b, scores in sorted(init.items()):
-        for seed, by_problem in scores.items():
-            pooled.setdefault(seed, {}).update({f"{b}/{p}": v for p, v in by_problem.items()})
-    test = compare(_final(agg, model, "grpo", s.main_group_size), pooled)
-    claim = f"V: RL learns (grpo - start > {LEARNING_FLOOR:g} points)"
-    if test is None:
-        return Verdict("V", claim, "no paired runs", INCONCLUSIVE), False
-    learned = test.lo > LEARNING_FLOOR
-    numbers = f"Δ = {test.diff:+.1f} [{test.lo:+.1f}, {test.hi:+.1f}], {test.seeds} seeds"
-    return Verdict("V", claim, numbers, HOLDS if learned else FAILS), learned
+def _column(expr: str) -> str:
+    head, inner = metric_parts(expr)
+    return head if inner is None else _column(inner)
 
 
-def _tokens(agg: Aggregate, model: str, algo: str) -> dict[int, float]:
-    """Tokens to κ per seed; a seed that never reaches it counts as its budget + one step."""
-    hits = threshold_hits(agg, model, algo).hits
-    out = {}
-    for seed, curve in agg.seed_curves(model, algo, agg.study.main_group_size).items():
-        tokens = curve["gen_tokens_cum"].to_numpy()
-        step = tokens[-1] / len(tokens)
-        out[seed] = hits[seed] if hits[seed] is not None else float(tokens[-1] + step)
-    return out
+def _test(agg: Aggregate, spec: Spec, scope: Scope, row: Row, expr: str) -> Tested:
+    """Run one row's test on one metric in one scope."""
+    a = bind(agg, spec, row.A)
+    bs = [bind(agg, spec, b) for b in ((row.B,) if isinstance(row.B, str) else row.B or ())]
+    b = bs[0] if bs else None
+    no_data = Tested(row, None, lambda s: spec.no_data)
+    if a is None or None in bs:
+        return no_data
+    if row.test == "paired":
+        pair = score_pair(agg, scope, expr, a, b)
+        stats = rules.paired(*pair)
+        return no_data if stats is None else Tested(row, stats, lambda s: row.numbers.format(
+            **s, delta=spec.delta.format(**s), twin=_twin(agg, spec, scope, row, a, b),
+            by_model=_by_model(scope, row, pair)))
+    if row.test == "slope":
+        sizes = sorted({g for part, model, _ in scope.runs(a)
+                        for g in agg.group_sizes(model, (a, b))})
+        stats, count = rules.slope({g: score_pair(agg, scope, expr, a, b, g) for g in sizes},
+                                   row.min_sizes)
+        if stats is None:
+            return Tested(row, None, lambda s: (row.no_data or spec.no_data).format(sizes=count))
+        return Tested(row, stats, lambda s: row.numbers.format(**s))
+    if row.test == "level":
+        stats = rules.level(curves(agg, scope, a, metric_parts(expr)[1]))
+        return no_data if stats is None else Tested(row, stats, lambda s: row.numbers.format(**s))
+    if row.test == "differ":
+        column = metric_parts(expr)[1]
+        found = rules.differ(curves(agg, scope, a, column),
+                             [curves(agg, scope, x, column) for x in bs])
+        if found is None:
+            return no_data
+        overall, per_other = found
+        return Tested(row, overall, lambda s: "; ".join(
+            row.numbers.format(B=x, **o) for x, o in zip(bs, per_other, strict=True)))
+    values = [unit_values(agg, scope, x, expr, spec.final_steps) for x in (a, b)]
+    stats = (rules.unit_mean(*values, row.difference or "minus") if row.test == "unit_mean"
+             else {"sign": rules.sign, "ratio": rules.ratio}[row.test](*values))
+    return no_data if stats is None else Tested(row, stats, lambda s: row.numbers.format(**s))
 
 
-def compute_verdict(agg: Aggregate, model: str, base: str, prop: str) -> Verdict:
-    pairs = _paired(_tokens(agg, model, prop), _tokens(agg, model, base))
-    claim = f"P2: {prop} reaches κ = {agg.study.threshold:g} in fewer tokens than {base}"
-    if not pairs:
-        return Verdict("P2", claim, "no paired runs", INCONCLUSIVE)
-    ratios = [a / b for a, b in pairs]
-    below, mean = sum(r < 1 for r in ratios), float(np.mean(ratios))
-    numbers = f"ratio < 1 in {below}/{len(ratios)} seeds, mean ratio {mean:.2f}"
-    verdict = (HOLDS if below == len(ratios) and mean <= 0.9
-               else FAILS if len(ratios) - below >= 0.8 * len(ratios) else INCONCLUSIVE)
-    return Verdict("P2", claim, numbers, verdict)
+def _twin(agg: Aggregate, spec: Spec, scope: Scope, row: Row, a: str, b: str) -> str:
+    if row.twin is None:
+        return ""
+    stats = rules.paired(*score_pair(agg, scope, row.twin.metric, a, b))
+    return spec.no_data if stats is None else row.twin.numbers.format(**stats)
 
 
-def _lower(pid: str, claim: str, pairs: list[tuple[float, float]], hold_share: float,
-           fail_share: float, max_ratio: float | None = None, fail_on_tie: bool = True) -> Verdict:
-    """`prop` (first) lower than `base` (second) per seed: holds when lower in >= hold_share of
-    the seeds with a lower mean (and mean ratio <= max_ratio if given); fails when not lower
-    (larger, if not fail_on_tie) in >= fail_share of the seeds; else inconclusive."""
-    pairs = [(a, b) for a, b in pairs if np.isfinite(a) and np.isfinite(b)]
-    if not pairs:
-        return Verdict(pid, claim, "no paired runs", INCONCLUSIVE)
-    n, lower = len(pairs), sum(a < b for a, b in pairs)
-    mean_a, mean_b = (float(np.mean(x)) for x in zip(*pairs, strict=True))
-    ratio = mean_a / mean_b if mean_b else float("nan")
-    numbers = f"lower in {lower}/{n} seeds, means {mean_a:.3g} vs {mean_b:.3g}"
-    holds = lower >= np.ceil(hold_share * n) and mean_a < mean_b and (
-        max_ratio is None or ratio <= max_ratio)
-    against = n - lower if fail_on_tie else sum(a > b for a, b in pairs)
-    verdict = HOLDS if holds else FAILS if against >= np.ceil(fail_share * n) else INCONCLUSIVE
-    return Verdict(pid, claim, numbers, verdict)
+def _by_model(scope: Scope, row: Row, pair: tuple[dict, dict]) -> str:
+    """Each model's (or subset/model's) paired Δ, in the scope's order."""
+    if row.by_model is None:
+        return ""
+    out = []
+    for part in scope.parts:
+        for model in part.models:
+            group = f"{part.prefix}{model}"
+            only = [{u: v for u, v in side.items()
+                     if scope.by_seed or str(u).rsplit("/", 1)[0] == group} for side in pair]
+            stats = rules.paired(*only)
+            if stats is not None:
+                out.append(row.by_model.format(model=group, **stats))
+    return ", ".join(out)
 
 
-def _mean(name: str) -> Callable[[Callable[[str], np.ndarray]], float]:
-    def value(col: Callable[[str], np.ndarray]) -> float:
-        x = col(name)
-        x = x[np.isfinite(x)]
-        return float(x.mean()) if x.size else float("nan")
-    return value
+def _tested(agg: Aggregate, spec: Spec, scope: Scope, row: Row) -> Tested:
+    if len(row.metric) == 1:
+        return _test(agg, spec, scope, row, row.metric[0])
+    subs = tuple(_test(agg, spec, scope, row, m) for m in row.metric)
+    return Tested(row, {}, lambda s: "; ".join(
+        f"{_column(m)}: {t.numbers(t.stats or {})}" for m, t in zip(row.metric, subs, strict=True)),
+        subs)
 
 
-def _abs_final_drift(col: Callable[[str], np.ndarray]) -> float:
-    return float(abs(col("logodds_drift")[-SMOOTH:].mean()))
+def _verdict(t: Tested) -> str:
+    if t.subs:  # a composite: holds if every part holds, fails if any fails
+        parts = [_verdict(s) for s in t.subs]
+        return (HOLDS if all(p == HOLDS for p in parts)
+                else FAILS if FAILS in parts else INCONCLUSIVE)
+    return _decide(t.row, t.stats)
 
 
-def _entropy_drop(col: Callable[[str], np.ndarray]) -> float:
-    return float(col("entropy")[0] - col("entropy")[-SMOOTH:].mean())
+def _claim(agg: Aggregate, spec: Spec, row: Row) -> str:
+    def shown(arm: str) -> str:
+        label = bind(agg, spec, arm)
+        return label if label is not None else spec.roles[arm].missing
+
+    b = row.B if row.B is None or isinstance(row.B, str) else tuple(map(shown, row.B))
+    return spec.claim_prefix.format(id=row.id) + row.claim.format(
+        id=row.id, A=shown(row.A), B=shown(b) if isinstance(b, str) else b, study=agg.study,
+        holds=row.holds.values(), fails=row.fails.values())
 
 
-def group_verdict(agg: Aggregate, model: str, base: str, prop: str, learned: bool) -> Verdict:
-    claim = f"P8: the gain of {prop} over {base} grows with G"
-    runs = {g: (_final(agg, model, prop, g), _final(agg, model, base, g))
-            for g in agg.group_sizes(model, (base, prop))}
-    runs = {g: ab for g, ab in runs.items() if ab[0] and ab[1]}
-    seeds = sorted(set.intersection(*(set(a) & set(b) for a, b in runs.values()))) if runs else []
-    if len(runs) < 3 or not seeds:
-        return Verdict("P8", claim, f"{len(runs)} group sizes with paired runs", INCONCLUSIVE)
-    common = sorted(set.intersection(*(set(a[s]) & set(b[s]) for a, b in runs.values()
-                                       for s in seeds)))
-    sizes = sorted(runs)  # every G on the same seeds and problems: a joint bootstrap
-    diffs = [[[runs[g][0][s][p] - runs[g][1][s][p] for p in common] for s in seeds]
-             for g in sizes]
-    x = np.log2(sizes)
-    means, reps = seed_problem_replicates(diffs)
-    centred = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
-    slope, lo, hi = 100 * float(means @ centred), *(100 * np.quantile(reps @ centred, [.025, .975]))
-    per_g = ", ".join(f"G{g}: {100 * m:+.1f}" for g, m in zip(sizes, means, strict=True))
-    numbers = (f"Δ_G = {per_g}; "
-               f"slope {slope:+.2f} [{lo:+.2f}, {hi:+.2f}] points per doubling")
-    if not learned:
-        return Verdict("P8", claim, numbers, NO_LEARNING)
-    return Verdict("P8", claim, numbers, HOLDS if lo > 0 else FAILS if hi < 0 else INCONCLUSIVE)
+def _block(agg: Aggregate, spec: Spec, name: str | None, scope: Scope, gated: bool,
+           invalid_label: str | None = None) -> tuple[list[Verdict], bool]:
+    """The gates (if `gated`) and predictions of one block, and whether every gate held.
+    `invalid_label`: every prediction reads it (a pooled block without a valid subset)."""
+    out: list[Verdict] = []
+    invalid: dict[str, str] = {}
+    for gate in spec.gates if gated else ():
+        t = _tested(agg, spec, scope, gate)
+        verdict = _verdict(t)
+        out.append(Verdict(name, gate.id, _claim(agg, spec, gate),
+                           t.numbers(t.stats or {}), verdict))
+        if verdict != HOLDS:
+            targets = (p.id for p in spec.predictions) if "all" in gate.invalidates \
+                else gate.invalidates
+            for pid in targets:
+                invalid.setdefault(pid, gate.label)
+    tested = [_tested(agg, spec, scope, p) for p in spec.predictions]
+    for family in spec.holm:
+        members = [t for t in tested if t.row.family == family]
+        adjusted = holm([t.stats["p"] if t.stats else 1.0 for t in members])
+        for t, p in zip(members, adjusted, strict=True):
+            if t.stats is not None:
+                t.stats["p_holm"] = p
+    for t in tested:
+        verdict = _verdict(t)
+        if t.row.family in spec.holm and verdict == HOLDS:
+            alpha, label = spec.holm[t.row.family]
+            verdict = label if t.stats["p_holm"] >= alpha else verdict
+        verdict = invalid_label or invalid.get(t.row.id, verdict)
+        out.append(Verdict(name, t.row.id, _claim(agg, spec, t.row), t.numbers(t.stats or {}),
+                           verdict))
+    return out, all(v.verdict == HOLDS for v in out if v.pid in {g.id for g in spec.gates})
 
 
-def verdicts(agg: Aggregate, model: str) -> list[Verdict]:
-    s = agg.study
-    g, base, prop = s.main_group_size, s.baseline, s.proposed
-    v, learned = validity(agg, model)
-    nosg = next((a for a in s.ablation_algos if a.endswith("_nosg")), None)
-    side = {name: (_per_seed(agg, model, prop, g, fn), _per_seed(agg, model, base, g, fn))
-            for name, fn in (("asym", _mean("asym")), ("residual", _mean("residual_full")),
-                             ("freq", _mean("freq_energy")), ("drift", _abs_final_drift),
-                             ("entropy", _entropy_drop))}
-    p3 = [_lower("P3", f"P3: {prop} has lower {m} than {base}", _paired(*side[k]), 1.0, 0.6,
-                 max_ratio=0.5) for k, m in (("asym", "asym"), ("residual", "residual_full"))]
-    p3_verdict = (HOLDS if all(x.verdict == HOLDS for x in p3)
-                  else FAILS if any(x.verdict == FAILS for x in p3) else INCONCLUSIVE)
-    return [
-        v,
-        _accuracy(compare(_final(agg, model, prop, g), _final(agg, model, base, g)), "P1",
-                  f"P1: {prop} ends more accurate than {base}", learned),
-        compute_verdict(agg, model, base, prop),
-        Verdict("P3", f"P3: {prop} has lower asym and residual_full than {base}",
-                "; ".join(f"{m}: {x.numbers}"
-                          for m, x in zip(("asym", "residual_full"), p3, strict=True)),
-                p3_verdict),
-        _lower("P4", f"P4: {prop} has lower freq_energy than {base}", _paired(*side["freq"]),
-               1.0, 0.6),
-        _lower("P5", f"P5: {prop} drifts less between equal forms than {base}",
-               _paired(*side["drift"]), 0.8, 0.8, fail_on_tie=False),
-        _lower("P6", f"P6: {prop} loses less entropy than {base}", _paired(*side["entropy"]),
-               0.8, 0.8, fail_on_tie=False),
-        _accuracy(None if nosg is None else compare(_final(agg, model, prop, g),
-                                                    _final(agg, model, nosg, g)),
-                  "P7", f"P7: stop-gradient matters ({prop} vs {nosg or 'a _nosg ablation'})",
-                  learned),
-        group_verdict(agg, model, base, prop, learned),
-    ]
+def evaluate(agg: Aggregate, spec: Spec) -> list[Verdict]:
+    """Every row of the study's verdict table, block by block."""
+    check_registered(agg, spec)
+    unknown = set(spec.tables) - set(EXTRA_TABLES)
+    if unknown:
+        raise SpecError(f"{spec.path}: tables: unknown {', '.join(sorted(unknown))} (known: "
+                        f"{', '.join(EXTRA_TABLES)})")
+    models, by_seed = tuple(agg.models()), spec.unit == "seed"
+    if spec.per_model:
+        blocks = [(m, Scope((Part((m,)),), by_seed)) for m in models]
+    elif spec.subsets:
+        blocks = [(s.name, Scope((Part(tuple(m for m in models if s.holds_model(m)), s.label),),
+                                 by_seed=False)) for s in spec.subsets]
+    else:
+        if by_seed and len(models) > 1:
+            raise SpecError(f"{spec.path}: unit: seed pools {len(models)} models; use unit: "
+                            "model/seed or blocks: model")
+        blocks = [(None, Scope((Part(models),), by_seed))]
+    rows, valid = [], []
+    for name, scope in blocks:
+        block_rows, ok = _block(agg, spec, name, scope, gated=True)
+        rows += block_rows
+        if ok:
+            valid += [Part(p.models, p.label, f"{name}/") for p in scope.parts]
+    if spec.pooled:
+        label = None if valid else (spec.gates[0].label if spec.gates else None)
+        rows += _block(agg, spec, "pooled", Scope(tuple(valid), by_seed=False), gated=False,
+                       invalid_label=label)[0]
+    return rows
 
 
-def verdict_table(agg: Aggregate) -> list[Table]:
-    rows = [[model, v.pid, v.claim, v.numbers, v.verdict] if len(agg.models()) > 1
-            else [v.pid, v.claim, v.numbers, v.verdict]
-            for model in agg.models() for v in verdicts(agg, model)]
-    header = (["model"] if len(agg.models()) > 1 else []) + ["id", "prediction", "numbers",
-                                                             "verdict"]
-    notes = ["Rules and thresholds: docs/preregistration.md (written before the study ran). "
-             "Accuracy Δ: mean of per-seed paired differences on the held-out problems, 95% "
-             "bootstrap interval over seeds and problems; holds if the lower bound > 0, fails if "
-             f"the upper bound < +{MIN_EFFECT:g}. Per-seed rules compare only seeds both runs "
-             "have. P2-P8 are secondary and not corrected for multiplicity."]
-    return [Table(f"Pre-registered predictions: verdicts ({agg.study.experiment})", header, rows,
-                  notes)]
+def verdict_tables(agg: Aggregate) -> list[Table]:
+    """The verdict table of the aggregate's experiment, and the descriptive tables its
+    predictions file adds."""
+    return verdict_tables_of(agg, spec_for(agg.study.experiment))
+
+
+def verdict_tables_of(agg: Aggregate, spec: Spec) -> list[Table]:
+    rows = evaluate(agg, spec)
+    blocks = list(dict.fromkeys(v.block for v in rows))
+    column = [] if len(blocks) <= 1 else ["model" if spec.per_model else spec.subset_column]
+    table = Table(
+        spec.title.format(experiment=agg.study.experiment),
+        [*column, "id", "prediction", "numbers", "verdict"],
+        [[*([v.block] if column else []), v.pid, v.claim, v.numbers, v.verdict] for v in rows],
+        [n.format(experiment=agg.study.experiment, models=", ".join(agg.models()))
+         for n in spec.notes])
+    return [table, *(EXTRA_TABLES[name](agg) for name in spec.tables)]
+

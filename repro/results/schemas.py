@@ -75,13 +75,21 @@ EVAL_PROBLEMS = pa.schema(
 # preamble probes (synth-preamble; NaN for tasks without preambles): preamble_kl, the mean per
 # preamble token of KL(start || now) (the learning tax on shared, reward-irrelevant tokens), and
 # phrasing_kl, KL(start || now) of the distribution over the equally taught phrasings.
+# Version 5 added aux_loss: an MoE policy's router load-balancing loss (transformers' own, before
+# its coefficient), averaged over the K updates; NaN for dense models or a coefficient of 0.
+# Version 6 added the off-policy readings (issue 38): log_ratio_mean, the mean over response
+# tokens of logp - logp_old at the step's first update (the sampler's bias, -ppo_kl of that
+# update), and w_dev, the mean |s - 1| of the sequence ratio (mean reading), over the updates.
 TRAIN_LOG_ADDED = ("s_spread_product", "w_shift", "shared_frac")
 TRAIN_LOG_PREAMBLE = ("preamble_kl", "phrasing_kl")
+TRAIN_LOG_ROUTER = ("aux_loss",)
+TRAIN_LOG_OFFPOLICY = ("log_ratio_mean", "w_dev")
 TRAIN_LOG_METRICS = (
     "reward_mean", "reward_std", "accuracy", "response_len", "truncated_frac", "entropy",
     "loss", "clip_frac", "ppo_kl", "w_min", "w_max", "w_mean", "neg_weight_frac", "s_spread",
     "zero_adv_frac", "asym", "residual_full", "freq_energy", "logodds", "logodds_drift",
     "kl_template", "grad_norm", "lr", "grader_errors", *TRAIN_LOG_ADDED, *TRAIN_LOG_PREAMBLE,
+    *TRAIN_LOG_ROUTER, *TRAIN_LOG_OFFPOLICY,
 )
 TRAIN_LOG_TIMING = ("time_rollout", "time_update")
 TRAIN_LOG = pa.schema(
@@ -95,8 +103,8 @@ TRAIN_LOG = pa.schema(
         _f("flops_cum", pa.float64()),  # 2 N per generated token + 6 N per trained token
     ]
     + [_f(name, pa.float64()) for name in TRAIN_LOG_METRICS + TRAIN_LOG_TIMING],
-    metadata={"schema_name": "train_log", "schema_version": "4"},  # 2: s_spread, 3: ADDED,
-)  # 4: TRAIN_LOG_PREAMBLE
+    metadata={"schema_name": "train_log", "schema_version": "6"},  # 2: s_spread, 3: ADDED,
+)  # 4: TRAIN_LOG_PREAMBLE, 5: TRAIN_LOG_ROUTER, 6: TRAIN_LOG_OFFPOLICY
 
 # Aggregates (`repro aggregate`): the per-job tables concatenated, with the run's keys parsed
 # from the hive-style path (algo=/model=/group_size=/seed=/frac=) as `run_*` columns. The
@@ -119,12 +127,12 @@ _AGG_EVAL_KEYS = [
 
 AGG_TRAIN_CURVES = pa.schema(
     [*_AGG_RUN_KEYS, *TRAIN_LOG],
-    metadata={"schema_name": "agg_train_curves", "schema_version": "3"},  # 2: TRAIN_LOG_ADDED
-)  # 3: TRAIN_LOG_PREAMBLE
+    metadata={"schema_name": "agg_train_curves", "schema_version": "5"},  # 2: TRAIN_LOG_ADDED
+)  # 3: TRAIN_LOG_PREAMBLE, 4: TRAIN_LOG_ROUTER, 5: TRAIN_LOG_OFFPOLICY
 
 # float64 columns a schema gained after files were committed under it: `read_table` reads
 # such a file with these columns as NaN ("not measured"), so old results stay readable.
-ADDED_COLUMNS = {name: TRAIN_LOG_ADDED + TRAIN_LOG_PREAMBLE
+ADDED_COLUMNS = {name: TRAIN_LOG_ADDED + TRAIN_LOG_PREAMBLE + TRAIN_LOG_ROUTER + TRAIN_LOG_OFFPOLICY
                  for name in ("train_log", "agg_train_curves")}
 AGG_EVAL_SAMPLES = pa.schema(
     [*_AGG_EVAL_KEYS, *EVAL_SAMPLES],

@@ -60,6 +60,20 @@ class TrainConfig:
         metadata={"help": "K: optimizer updates per rollout batch, each on P/K whole groups. K > 1 "
                   "makes later updates off-policy (s != 1), where DFPO's transforms act."},
     )
+    epochs: int = field(
+        default=1,
+        metadata={"help": "Passes over each rollout batch, each pass K minibatch updates on a "
+                  "fresh permutation of the groups, logp_old fixed from before the first (TRL's "
+                  "num_iterations, verl's ppo_epochs): minibatch reuse, a realistic off-policy "
+                  "source. Native engine only."},
+    )
+    sampler_dtype: str | None = field(
+        default=None,
+        metadata={"help": "'bfloat16': rollouts and logp_old come from a bf16 copy of the policy "
+                  "made each rollout step (a bf16 sampler next to an fp32 trainer) while the "
+                  "loss scores with the policy itself: a realistic sampler/trainer mismatch, "
+                  "s != 1 from the first update. null = the policy samples. Native engine only."},
+    )
     max_new_tokens: int = field(default=64, metadata={"help": "Response budget per sample."})
     temperature: float = field(
         default=1.0,
@@ -93,6 +107,13 @@ class TrainConfig:
     kl_coef: float = field(
         default=0.0,
         metadata={"help": "k3 KL to the initial policy (0 = off, no reference model)."},
+    )
+    router_aux_loss_coef: float | None = field(
+        default=None,
+        metadata={"help": "MoE policies: weight of transformers' router load-balancing loss "
+                  "added to the objective's loss (logged as aux_loss, kept out of the "
+                  "objective's diagnostics); null = the model config's own "
+                  "(router_aux_loss_coef, 0.001 for Qwen3-Next-80B), 0 = off. Both engines."},
     )
     steps: int = field(default=40, metadata={"help": "Rollout batches (steps) to train."})
     token_budget: int | None = field(
@@ -152,6 +173,12 @@ class TrainConfig:
         need(self.group_size >= 2, "group_size", "must be >= 2 (a group needs a baseline)")
         need(self.minibatches >= 1 and self.prompts_per_step % self.minibatches == 0, "minibatches",
              f"must be >= 1 and divide prompts_per_step={self.prompts_per_step}")
+        need(self.epochs >= 1, "epochs", "must be >= 1")
+        need(self.engine == "native" or self.epochs == 1, "epochs", "is a native-engine option "
+             "(ReproGRPOTrainer refuses TRL's num_iterations != 1: its layout is one pass)")
+        need(self.sampler_dtype in (None, "bfloat16"), "sampler_dtype", "must be null or bfloat16")
+        need(self.engine == "native" or self.sampler_dtype is None, "sampler_dtype",
+             "is a native-engine option (TRL samples with the trained policy's own weights)")
         need(self.behaviour_logprobs in ("trainer", "engine"), "behaviour_logprobs",
              "must be 'trainer' or 'engine'")
         need(self.advantage_scale in SCALES, "advantage_scale", f"must be one of {SCALES}")
@@ -168,6 +195,8 @@ class TrainConfig:
         need(self.top_k == 0, "top_k", "must be 0 in training (truncated sampling is not "
              "accounted for in the log-probs)")
         need(self.lr > 0, "lr", "must be > 0")
+        need(self.router_aux_loss_coef is None or self.router_aux_loss_coef >= 0,
+             "router_aux_loss_coef", "must be >= 0 or null")
         need(self.kl_coef >= 0 and self.grad_clip >= 0 and self.weight_decay >= 0, "kl_coef",
              "kl_coef, grad_clip and weight_decay must be >= 0")
         need(self.token_budget is None or self.token_budget > 0, "token_budget",

@@ -23,6 +23,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
+from repro.training.router import router_aux_loss
+
 
 def _compute_dtype(hidden: Tensor, weight: Tensor) -> torch.dtype:
     return torch.promote_types(torch.promote_types(hidden.dtype, weight.dtype), torch.float32)
@@ -201,6 +203,23 @@ def response_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
+    """`response_logprobs_and_aux` without the router loss: ``(logp, entropy | None)``."""
+    return response_logprobs_and_aux(model, input_ids, attention_mask, response_mask,
+                                     chunk_size=chunk_size, temperature=temperature,
+                                     with_entropy=with_entropy)[:2]
+
+
+def response_logprobs_and_aux(
+    model: torch.nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    response_mask: Tensor,
+    *,
+    chunk_size: int = 1024,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+    router_aux: bool = False,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """``(logp [B, L], entropy [B, L] | None)`` of the tokens where ``response_mask`` is True.
 
     ``logp[b, t] = log pi(input_ids[b, t] | input_ids[b, :t])``, zero where the mask is False,
@@ -209,6 +228,8 @@ def response_logprobs(
     as in ``generate``, so left- and right-padded rows score exactly like the unpadded sequence.
     Works for HF causal LMs whose logits are a plain bias-free linear map of the decoder's
     ``last_hidden_state`` (Qwen, Llama, Mistral; not models with logit soft-capping or scaling).
+    With `router_aux` (an MoE policy), the same forward's router load-balancing loss over the
+    attended tokens (`repro.training.router`) comes third; else None.
     """
     if not (input_ids.shape == attention_mask.shape == response_mask.shape
             and input_ids.dim() == 2):
@@ -231,9 +252,11 @@ def response_logprobs(
     if getattr(head, "bias", None) is not None:
         raise ValueError("response_logprobs supports bias-free lm_heads only")
     position_ids = (attended.long().cumsum(-1) - 1).clamp_(min=0)
-    hidden = model.get_decoder()(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids
-    ).last_hidden_state
+    out = model.get_decoder()(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+        **({"output_router_logits": True} if router_aux else {}))
+    hidden = out.last_hidden_state
+    aux = router_aux_loss(model, out.router_logits, attention_mask) if router_aux else None
     scored = response_mask[:, 1:]
     logp_sel, entropy_sel = token_logprobs_and_entropy(
         hidden[:, :-1][scored],  # hidden state t-1 predicts token t
@@ -247,4 +270,4 @@ def response_logprobs(
     # masked_scatter fills in row-major order, the order boolean indexing selected in.
     logp = zeros.masked_scatter(response_mask, logp_sel)
     entropy = None if entropy_sel is None else zeros.masked_scatter(response_mask, entropy_sel)
-    return logp, entropy
+    return logp, entropy, aux

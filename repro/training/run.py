@@ -12,8 +12,9 @@ from typing import Any
 from torch import Tensor
 
 from repro.atomic import atomic_dir
+from repro.models.loader import checkpoint_dtype
 from repro.results import TRAIN_LOG, write_table
-from repro.results.schemas import TRAIN_LOG_ADDED, TRAIN_LOG_PREAMBLE
+from repro.results.schemas import TRAIN_LOG_ADDED, TRAIN_LOG_PREAMBLE, TRAIN_LOG_ROUTER
 from repro.training.checkpoint import RunState, latest_checkpoint, same_run
 from repro.training.config import TrainConfig
 from repro.training.export import MANIFEST, frac_label, write_manifest
@@ -21,7 +22,8 @@ from repro.training.probes import ProbeSet, kl_between, preamble_drift
 from repro.training.rollout import PromptStream
 
 MEAN_KEYS = ("loss", "clip_frac", "ppo_kl", "w_mean", "neg_weight_frac", "s_spread", "asym",
-             "residual_full", "freq_energy", "grad_norm", *TRAIN_LOG_ADDED)
+             "residual_full", "freq_energy", "grad_norm", "w_dev", *TRAIN_LOG_ADDED,
+             *TRAIN_LOG_ROUTER)
 
 
 def prompts_and_probes(cfg: TrainConfig, tok) -> tuple[PromptStream, ProbeSet | None]:
@@ -58,7 +60,8 @@ def finish_run(out: Path, model, tok, state: RunState, identity: dict[str, Any],
     final = save_final(out, model, tok, state_dict)
     fraction_steps = {frac_label(f): s for f, s in state.fraction_steps.items()}
     write_manifest(out / MANIFEST, identity | {"steps_done": state.step,
-                                                "fraction_steps": fraction_steps})
+                                                "fraction_steps": fraction_steps,
+                                                "export_dtype": checkpoint_dtype(cfg.model)})
     return final
 
 
@@ -88,6 +91,7 @@ def step_row(cfg: TrainConfig, state: RunState, n_params: int, has_ref: bool,
         "entropy": entropy,
         "w_min": min(u["w_min"] for u in updates), "w_max": max(u["w_max"] for u in updates),
         "zero_adv_frac": zero_adv_frac, "lr": cfg.lr,
+        "log_ratio_mean": -updates[0]["ppo_kl"],  # the first update: the sampler's bias
         "grader_errors": float(grader_errors),
         "time_rollout": time_rollout, "time_update": time_update,
     } | {k: nanmean([u[k] for u in updates]) for k in MEAN_KEYS}

@@ -80,8 +80,10 @@ def sft_step(
     model: PreTrainedModel, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
     grad_clip: float,
 ) -> float:
-    """One teacher-forced step; the loss is the mean over the batch's assistant tokens."""
-    loss = model(**batch).loss
+    """One teacher-forced step; the loss is the mean over the batch's assistant tokens, plus,
+    on an MoE model, transformers' router load-balancing loss x the config's coefficient."""
+    moe = hasattr(model.config, "output_router_logits")
+    loss = model(**batch, **({"output_router_logits": True} if moe else {})).loss
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)

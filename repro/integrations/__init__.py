@@ -1,0 +1,1 @@
+"""The project's objectives inside other frameworks' trainers (docs/integrations.md)."""
