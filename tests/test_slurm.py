@@ -82,12 +82,13 @@ def test_onstart_switches_the_executor_and_watches_its_run(monkeypatch, capsys):
     watched = []
     monkeypatch.setattr(slurm, "sacct_failure", lambda: DISABLED)
     monkeypatch.setattr(job_status_query, "get_min_job_age", lambda: 300)
-    monkeypatch.setattr(slurm, "watch_pending", lambda name, say: watched.append(name))
+    monkeypatch.setattr(slurm, "watch_pending",
+                        lambda name, say, every: watched.append((name, every)))
     monkeypatch.setattr(plugin, "query_job_status", plugin.query_job_status)  # restored after
     settings = SimpleNamespace(status_command="sacct", init_seconds_before_status_checks=40)
     executor = SimpleNamespace(run_uuid="repro_1234")
     slurm.check_executor(SimpleNamespace(executor_settings=settings,
                                          scheduler=SimpleNamespace(_executor=executor)))
-    assert settings.status_command == "squeue" and watched == ["repro_1234"]
+    assert settings.status_command == "squeue" and watched == [("repro_1234", 40)]
     assert capsys.readouterr().err.startswith(f"slurm: sacct fails on this cluster ({DISABLED})")
     assert getattr(plugin.query_job_status, "plain_states", False)

@@ -5,8 +5,9 @@ live slurmctld (scripts/local_slurm.sh), and the train rule's several-nodes laun
 - Every job of the smoke preset runs as a SLURM job and completes; what slurmctld recorded for
   each (partition, account, time limit, memory, CPUs, GPUs, job name, rule) is what the profile
   and the rule asked for; the aggregate equals a local run's exactly (`repro compare --exact`
-  against REPRO_SLURM_LOCAL_AGGREGATE, which .ci/run points at its local smoke run, or a local
-  run made here).
+  in REPRO_SLURM_LOCAL_RESULTS, which .ci/run points at its local smoke run's results folder,
+  or a local run made here; the SLURM run writes to a folder of the same name, since the
+  aggregate names each evaluated model by its path).
 - Two nodes: the rule's `srun ... scripts/launch_accelerate.sh` line, as planned for
   hardware.train 2 nodes x 1 GPU, submitted with the sbatch flags the executor plugin builds,
   runs `repro bench twin`'s reference on 2 gloo processes, one per node: ranks, world and
@@ -46,6 +47,9 @@ from test_workflow import FROM_START, ROOT, SMOKE, START, copy_workflow, jobs_pl
 
 pytestmark = pytest.mark.slow
 
+# the local run's results folder, relative to the repository root (`--config results=`)
+LOCAL_RESULTS = os.environ.get("REPRO_SLURM_LOCAL_RESULTS")
+
 
 @pytest.fixture(autouse=True)
 def _no_snakemake_left():
@@ -64,7 +68,8 @@ def smoke(tmp_path_factory) -> tuple[Path, str]:
     cluster()
     wd = slurm_workflow(tmp_path_factory.mktemp("slurm-smoke"))
     start = time.time()
-    out = finish(snakemake_slurm(wd, *SMOKE), wd, 1500)
+    same = ("--config", f"results={LOCAL_RESULTS}") if LOCAL_RESULTS else ()
+    out = finish(snakemake_slurm(wd, *SMOKE, *same), wd, 1500)
     print(f"smoke preset through profiles/slurm: {time.time() - start:.0f} s")
     return wd, out
 
@@ -132,14 +137,15 @@ def test_every_rules_sbatch_options_reached_slurmctld(smoke):
 
 def test_slurm_aggregate_equals_the_local_runs(smoke, tmp_path):
     wd, _ = smoke
-    local = os.environ.get("REPRO_SLURM_LOCAL_AGGREGATE")
-    if local is None:
+    if LOCAL_RESULTS:
+        local = ROOT / LOCAL_RESULTS / "aggregate"
+    else:
         here = copy_workflow(tmp_path)
         ok(snakemake("--cores", "2", *SMOKE, cwd=here, timeout=1500), here)
-        local = str(here / "results" / "aggregate")
+        local = here / "results" / "aggregate"
+    slurm = wd / (LOCAL_RESULTS or "results") / "aggregate"
     proc = subprocess.run([sys.executable, "-m", "repro", "compare", "--exact", str(local),
-                           str(wd / "results" / "aggregate")], capture_output=True, text=True,
-                          env=env(ROOT))
+                           str(slurm)], capture_output=True, text=True, env=env(ROOT))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 

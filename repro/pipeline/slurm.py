@@ -31,7 +31,6 @@ from typing import Any
 
 # squeue reasons of a job that waits its turn in a working queue: not worth a line
 QUEUE_REASONS = frozenset({"None", "Priority", "Resources", "Dependency", "BeginTime"})
-PENDING_POLL_S = 30.0
 
 
 def sacct_failure() -> str | None:
@@ -104,10 +103,10 @@ def _out_of_service() -> str:
                      (line.split("|", 2) for line in out.splitlines() if line.count("|") >= 2))
 
 
-def watch_pending(run_name: str, say: Callable[[str], None],
-                  every: float = PENDING_POLL_S) -> threading.Thread:
-    """A daemon thread that polls squeue for the jobs named `run_name` and says
-    `pending_notices`' lines (a failed poll is skipped: the executor reports cluster errors)."""
+def watch_pending(run_name: str, say: Callable[[str], None], every: float) -> threading.Thread:
+    """A daemon thread that polls squeue every `every` seconds for the jobs named `run_name`
+    and says `pending_notices`' lines (a failed poll is skipped: the executor reports cluster
+    errors)."""
     def loop() -> None:
         told: dict[str, str] = {}
         while True:
@@ -164,7 +163,7 @@ def check_executor(workflow: Any) -> None:
         settings.status_command = command  # read again by the executor at every poll
     # the executor's SLURM job name (its "SLURM run ID"), which it does not publish otherwise
     run_name = getattr(getattr(workflow.scheduler, "_executor", None), "run_uuid", None)
-    if run_name:
-        watch_pending(run_name, _say)
+    if run_name:  # at the pace of the executor's first status check (40 s by default)
+        watch_pending(run_name, _say, settings.init_seconds_before_status_checks)
     else:
         _say("slurm: the SLURM executor shows no run ID; pending jobs will not be reported")
