@@ -103,8 +103,9 @@ EOF
       echo "AccountingStorageType=accounting_storage/none"
     fi
   } >"$CONF/slurm.conf"
-  # SLURM 22.05 drops a GPU GRES without device files ("Removing file-less GPU") and refuses
-  # regular files ("not a valid character or block device"): two character devices with
+  # SLURM 22.05 counts no GPU declared without device files (Count=2 alone: the node is drained,
+  # "gres/gpu count reported lower than configured (0 < 2)") and refuses regular files ("not a
+  # valid character or block device"): two character devices with
   # /dev/null's numbers stand in (nothing is bound: TaskPlugin=task/none, no cgroups)
   mkdir -p "$STATE/dev"
   for i in 0 1; do [ -c "$STATE/dev/gpu$i" ] || mknod "$STATE/dev/gpu$i" c 1 3; done
