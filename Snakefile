@@ -36,6 +36,12 @@ include: "rules/report.smk"
 onstart:
     if jobs.missing_pins:  # real runs only: a dry run without data.lock.yaml just warns
         refuse(f"config: {jobs.missing_pins}")
+    # the SLURM profile: a status command that can see jobs end, and pending jobs said
+    # (repro/pipeline/slurm.py)
+    if workflow.executor_plugin.name == "slurm":
+        from repro.pipeline.slurm import check_executor
+
+        at_parse_time(check_executor, workflow)
 
 
 localrules:

@@ -1,0 +1,169 @@
+"""The SLURM executor plugin, checked from the workflow's main process when it submits jobs
+(the Snakefile's `onstart`): the command that polls job states, and a one-line notice for a job
+that SLURM holds back for a reason other than the queue.
+
+The status command: the plugin polls `sacct` whenever `sacct` is on PATH (also when told
+`squeue`, if MinJobAge < 3 x slurm-init-seconds-before-status-checks). On a cluster without
+accounting (AccountingStorageType=accounting_storage/none, as on many small clusters) `sacct`
+only says "Slurm accounting storage is disabled"; the plugin logs that in debug output alone,
+never sees a job end and waits forever in silence (plugin 2.8.0 on SLURM 22.05, docs/slurm.md).
+Here the executor is switched to `squeue` with one line where the cluster keeps finished jobs
+long enough for it, else the run is refused in one line naming the setting.
+
+Cancelled jobs: `sacct` writes a job cancelled by a user or an admin as "CANCELLED by UID";
+the plugin matches states exactly, takes that one for a running job and waits forever in
+silence (2.8.0; Snakemake-Profiles/slurm fixed the same in its status script in 2019, PR 22).
+`squeue` writes "CANCELLED". The plugin's state query is wrapped to drop the " by UID".
+
+Pending jobs: the plugin says nothing while a job waits, so a drained or down node, a partition
+limit or a held job looks like a hung workflow; `watch_pending` says which job waits and why.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+# squeue reasons of a job that waits its turn in a working queue: not worth a line
+QUEUE_REASONS = frozenset({"None", "Priority", "Resources", "Dependency", "BeginTime"})
+
+
+def sacct_failure() -> str | None:
+    """None when `sacct` answers on this cluster (or is not on PATH: the plugin then polls
+    squeue), else the first line it printed."""
+    if shutil.which("sacct") is None:
+        return None
+    proc = subprocess.run(["sacct", "-X", "-n", "-P", "--format=JobIDRaw", "--starttime", "now"],
+                          capture_output=True, text=True, timeout=60)
+    if proc.returncode == 0:
+        return None
+    said = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+    return said[0] if said else f"exit status {proc.returncode}"
+
+
+def status_command(setting: str, failure: str | None, min_job_age: int | None,
+                   init_seconds: int) -> tuple[str, str | None]:
+    """(the command the executor must poll, a line saying why it changed or None). The plugin
+    accepts squeue only while MinJobAge >= 3 x init_seconds (below, finished jobs could leave
+    squeue between two polls): where sacct fails too, no command works (ValueError)."""
+    if failure is None:
+        return setting, None
+    if min_job_age is not None and min_job_age >= 3 * init_seconds:
+        if setting == "squeue":
+            return setting, None
+        return "squeue", (f"slurm: sacct fails on this cluster ({failure}); the executor polls "
+                          f"squeue instead (finished jobs stay in it for MinJobAge = "
+                          f"{min_job_age} s)")
+    fix = (f"set slurm-init-seconds-before-status-checks: {min_job_age // 3} in your profile"
+           if min_job_age and min_job_age >= 3
+           else "ask for SLURM accounting or a longer MinJobAge")
+    raise ValueError(f"slurm: sacct fails on this cluster ({failure}) and the executor polls "
+                     f"squeue only while MinJobAge ({min_job_age} s) >= 3 x slurm-init-seconds-"
+                     f"before-status-checks ({init_seconds} s), so it would never see a job end: "
+                     f"{fix}")
+
+
+def pending_notices(rows: list[tuple[str, str, str]], told: dict[str, str],
+                    out_of_service: Callable[[], str]) -> list[str]:
+    """Lines about pending jobs, given squeue's (job id, reason, comment) of this run's pending
+    jobs: one when a job starts waiting for a reason other than its turn, one when such a job
+    stops pending. `told` (job id -> reason said) is updated; `out_of_service` describes the
+    drained or down nodes."""
+    lines = []
+    pending = {job: (reason, comment) for job, reason, comment in rows}
+    for job in sorted(set(told) - set(pending)):
+        lines.append(f"slurm: job {job} is no longer pending (was: {told.pop(job)})")
+    for job, (reason, comment) in pending.items():
+        if reason in QUEUE_REASONS or told.get(job) == reason:
+            continue
+        told[job] = reason
+        nodes = out_of_service() if "DOWN" in reason or "ReqNodeNotAvail" in reason else ""
+        lines.append(f"slurm: job {job} ({comment}) is pending: {reason}"
+                     + (f"; nodes out of service: {nodes}" if nodes else ""))
+    return lines
+
+
+def _squeue_pending(run_name: str) -> list[tuple[str, str, str]]:
+    out = subprocess.run(["squeue", "--noheader", "--states=PENDING", "--name", run_name,
+                          "--format=%i|%r|%k"], capture_output=True, text=True, timeout=60,
+                         check=True).stdout
+    return [tuple(line.split("|", 2)) for line in out.splitlines() if line.count("|") >= 2]
+
+
+def _out_of_service() -> str:
+    """'NODE STATE (REASON)' of every drained or down node, from `sinfo -R`."""
+    out = subprocess.run(["sinfo", "-R", "--noheader", "--format=%N|%T|%E"], capture_output=True,
+                         text=True, timeout=60).stdout
+    return ", ".join(f"{n} {s} ({r})" for n, s, r in
+                     (line.split("|", 2) for line in out.splitlines() if line.count("|") >= 2))
+
+
+def watch_pending(run_name: str, say: Callable[[str], None], every: float) -> threading.Thread:
+    """A daemon thread that polls squeue every `every` seconds for the jobs named `run_name`
+    and says `pending_notices`' lines (a failed poll is skipped: the executor reports cluster
+    errors)."""
+    def loop() -> None:
+        told: dict[str, str] = {}
+        while True:
+            time.sleep(every)
+            try:
+                lines = pending_notices(_squeue_pending(run_name), told, _out_of_service)
+            except (OSError, subprocess.SubprocessError):
+                continue
+            for line in lines:
+                say(line)
+
+    thread = threading.Thread(target=loop, name="repro-slurm-pending", daemon=True)
+    thread.start()
+    return thread
+
+
+def plain_states(states: dict[str, str] | None) -> dict[str, str] | None:
+    """Job states as the plugin matches them: sacct's "CANCELLED by 0" is "CANCELLED"."""
+    return None if states is None else {job: state.split(" by ", 1)[0]
+                                        for job, state in states.items()}
+
+
+def wrap_state_query(plugin: Any) -> None:
+    """Make the executor plugin module's `query_job_status` return `plain_states` (once)."""
+    query = plugin.query_job_status
+    if getattr(query, "plain_states", False):
+        return
+
+    async def query_job_status(command: str, logger: Any):
+        states, seconds = await query(command, logger)
+        return plain_states(states), seconds
+
+    query_job_status.plain_states = True
+    plugin.query_job_status = query_job_status
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def check_executor(workflow: Any) -> None:
+    """The Snakefile's onstart under `--executor slurm`: fix or refuse the status command
+    (ValueError, one line), let cancelled jobs be seen, then watch this run's pending jobs."""
+    import snakemake_executor_plugin_slurm as plugin
+    from snakemake_executor_plugin_slurm.job_status_query import get_min_job_age
+
+    wrap_state_query(plugin)
+
+    settings = workflow.executor_settings
+    command, line = status_command(settings.status_command, sacct_failure(), get_min_job_age(),
+                                   settings.init_seconds_before_status_checks)
+    if line:
+        _say(line)
+        settings.status_command = command  # read again by the executor at every poll
+    # the executor's SLURM job name (its "SLURM run ID"), which it does not publish otherwise
+    run_name = getattr(getattr(workflow.scheduler, "_executor", None), "run_uuid", None)
+    if run_name:  # at the pace of the executor's first status check (40 s by default)
+        watch_pending(run_name, _say, settings.init_seconds_before_status_checks)
+    else:
+        _say("slurm: the SLURM executor shows no run ID; pending jobs will not be reported")

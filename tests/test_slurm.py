@@ -1,0 +1,94 @@
+"""repro/pipeline/slurm.py without a cluster: the status command chosen against the cluster's
+accounting, sacct's "CANCELLED by UID" read as CANCELLED, the pending-job lines, and the
+Snakefile's onstart wiring (tests/test_slurm_cluster.py and test_slurm_faults.py run them on a
+live cluster)."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+import snakemake_executor_plugin_slurm as plugin
+from snakemake_executor_plugin_slurm import job_status_query
+
+from repro.pipeline import slurm
+
+DISABLED = "Slurm accounting storage is disabled"
+
+
+def test_a_working_sacct_keeps_the_setting():
+    assert slurm.status_command("sacct", None, 300, 40) == ("sacct", None)
+    assert slurm.status_command("squeue", None, 10, 40) == ("squeue", None)
+
+
+def test_without_accounting_the_executor_polls_squeue_and_says_so_once():
+    command, line = slurm.status_command("sacct", DISABLED, 300, 40)
+    assert command == "squeue" and DISABLED in line and "MinJobAge = 300 s" in line
+    assert "\n" not in line
+    assert slurm.status_command("squeue", DISABLED, 300, 40) == ("squeue", None)
+
+
+@pytest.mark.parametrize(("min_job_age", "fix"), [
+    (60, "set slurm-init-seconds-before-status-checks: 20 in your profile"),
+    (None, "ask for SLURM accounting or a longer MinJobAge"),
+])
+def test_no_command_that_can_see_jobs_end_is_refused_naming_the_setting(min_job_age, fix):
+    """MinJobAge below 3 x the first status check: the plugin would poll sacct anyway."""
+    with pytest.raises(ValueError) as err:
+        slurm.status_command("squeue", DISABLED, min_job_age, 40)
+    message = str(err.value)
+    assert message.startswith("slurm: sacct fails on this cluster") and fix in message
+    assert "\n" not in message
+
+
+def test_cancelled_by_a_user_reads_as_cancelled():
+    assert slurm.plain_states({"5": "CANCELLED by 0", "6": "COMPLETED", "7": "TIMEOUT"}) == {
+        "5": "CANCELLED", "6": "COMPLETED", "7": "TIMEOUT"}
+    assert slurm.plain_states(None) is None  # a failed query stays failed
+
+
+def test_the_plugins_state_query_is_wrapped_once():
+    async def query(command, logger):
+        return {"5": "CANCELLED by 1000"}, 0.01
+
+    module = SimpleNamespace(query_job_status=query)
+    slurm.wrap_state_query(module)
+    slurm.wrap_state_query(module)
+    assert asyncio.run(module.query_job_status("sacct ...", None)) == ({"5": "CANCELLED"}, 0.01)
+    assert module.query_job_status.__closure__[0].cell_contents is query  # not wrapped twice
+
+
+def test_pending_lines_name_the_job_the_reason_and_the_drained_nodes():
+    told: dict[str, str] = {}
+    nodes = lambda: "vm drained (maintenance)"  # noqa: E731
+    drained = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher " \
+              "priority partitions"
+    rows = [("11", "Priority", "rule_sft_wildcards_tiny"), ("12", drained, "rule_theory")]
+    lines = slurm.pending_notices(rows, told, nodes)
+    assert lines == [f"slurm: job 12 (rule_theory) is pending: {drained}; nodes out of "
+                     "service: vm drained (maintenance)"]
+    assert slurm.pending_notices(rows, told, nodes) == []  # said once
+    held = [("12", "JobHeldAdmin", "rule_theory")]
+    assert slurm.pending_notices(held, told, nodes) == [
+        "slurm: job 12 (rule_theory) is pending: JobHeldAdmin"]
+    assert slurm.pending_notices([], told, nodes) == [
+        "slurm: job 12 is no longer pending (was: JobHeldAdmin)"]
+    assert told == {}
+
+
+def test_onstart_switches_the_executor_and_watches_its_run(monkeypatch, capsys):
+    """check_executor on a workflow whose cluster has no accounting (sacct and scontrol faked)."""
+    watched = []
+    monkeypatch.setattr(slurm, "sacct_failure", lambda: DISABLED)
+    monkeypatch.setattr(job_status_query, "get_min_job_age", lambda: 300)
+    monkeypatch.setattr(slurm, "watch_pending",
+                        lambda name, say, every: watched.append((name, every)))
+    monkeypatch.setattr(plugin, "query_job_status", plugin.query_job_status)  # restored after
+    settings = SimpleNamespace(status_command="sacct", init_seconds_before_status_checks=40)
+    executor = SimpleNamespace(run_uuid="repro_1234")
+    slurm.check_executor(SimpleNamespace(executor_settings=settings,
+                                         scheduler=SimpleNamespace(_executor=executor)))
+    assert settings.status_command == "squeue" and watched == [("repro_1234", 40)]
+    assert capsys.readouterr().err.startswith(f"slurm: sacct fails on this cluster ({DISABLED})")
+    assert getattr(plugin.query_job_status, "plain_states", False)
