@@ -188,10 +188,12 @@ start() {
   slurmd -N "$NODE"
   slurmd -N "$NODE2"
   wait_for 30 slurmd node_registered
-  # a drain left by an earlier run (a test that drains the node, a refused configuration)
-  if node_state | grep -q drain; then
-    scontrol update NodeName="$NODE,$NODE2" State=RESUME
-  fi
+  # a drain left by an earlier run (a test that drains the node, a refused configuration),
+  # resumed node by node: RESUME on a node that is not drained is an error ("Invalid node state")
+  for node in $(sinfo -h -N -n "$NODE,$NODE2" -o '%N %T' | awk '$2 ~ /drain/ {print $1}' |
+                sort -u); do
+    scontrol update NodeName="$node" State=RESUME
+  done
   wait_for 30 "nodes $NODE and $NODE2" node_idle
   echo "local_slurm.sh: node $NODE up (accounting: $accounting, $(nproc) CPUs, gpu:2," \
     "partitions cpu and gpu; $NODE2 beside it in partition nodes2; logs in $STATE)"
