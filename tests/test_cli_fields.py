@@ -23,7 +23,7 @@ from repro.bench.options import (
 from repro.bench.sandbox import SandboxBenchConfig
 from repro.cli import app
 from repro.cli_fields import CONFIG_ATTR, config_options
-from repro.evaluation.runner import EvalConfig
+from repro.evaluation.config import EvalConfig
 from repro.reporting.study import Study
 from repro.theory.config import TheoryConfig
 
@@ -88,13 +88,14 @@ def test_theory_options_reach_the_config(monkeypatch, tmp_path):
 
 
 def test_eval_options_reach_the_config_and_sampling(monkeypatch, tmp_path):
-    calls = captured(monkeypatch, "repro.evaluation.runner", "run_eval_suite")
+    calls = captured(monkeypatch, "repro.evaluation.runner", "run_eval")
     invoke("eval", "--model", "m", "--benchmark", "synth-aime", "--benchmark", "synth-hmmt",
            "--split", "--out", str(tmp_path), "--top-k", "5", "--temperature", "0.6",
            "--unsafe-no-sandbox", "--batch-size", "3")
-    want = EvalConfig(model="m", benchmark="synth-aime", out=tmp_path, batch_size=3,
-                      sampling={"top_k": 5, "temperature": 0.6}, unsafe_no_sandbox=True)
-    assert calls == [(want, ["synth-aime", "synth-hmmt"], True)]
+    want = EvalConfig(model="m", benchmarks=["synth-aime", "synth-hmmt"], split=True,
+                      out=tmp_path, batch_size=3, sampling={"top_k": 5, "temperature": 0.6},
+                      unsafe_no_sandbox=True)
+    assert calls == [(want,)]
 
 
 def test_aggregate_tuple_options_split_on_commas(monkeypatch, tmp_path):
