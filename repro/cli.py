@@ -179,8 +179,8 @@ def eval_(
 @data_app.command("pin")
 def data_pin(
     benchmark: Annotated[list[str], typer.Option(
-        help="Benchmarks whose files to fetch and pin (aime25, hmmt25, livecodebench, lcb-train, "
-             "openr1-math); repeat for several.")],
+        help="Benchmarks whose files to fetch and pin (any spec of repro/benchmarks/specs with "
+             "hub files, e.g. aime25, livecodebench); repeat for several.")],
     data_dir: Annotated[Path, typer.Option(
         help="Mirror folder (hub layout, DATA_DIR/<dataset id>/...); missing files are "
              "downloaded into it.")],

@@ -15,7 +15,7 @@ from repro.engines.registry import train
 from repro.models import TinyModelConfig, build_tiny, load
 from repro.results import TRAIN_LOG, read_table
 from repro.training import rollout
-from repro.training.config import TrainConfig
+from repro.training.config import ENGINES, TrainConfig
 from repro.training.logprobs import response_logprobs_and_aux
 from repro.training.router import router_aux_coef
 
@@ -55,7 +55,7 @@ def router_weights(folder):
                       if n.endswith("mlp.gate.weight")])
 
 
-@pytest.mark.parametrize("engine", ["native", "trl"])
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("arch", list(ARCHS))
 @pytest.mark.parametrize(("algorithm", "objective"), OBJECTIVES)
 def test_rl_steps_log_the_router_loss_and_move_the_routers(algorithm, objective, arch, engine,
@@ -165,7 +165,7 @@ def test_sigkill_and_resume_equals_an_uninterrupted_run(arch, policies, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["native", "trl"])
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_export_reloads_and_evaluates(arch, engine, policies, tmp_path, hashed):
     """Each budget-fraction policy of an exported MoE run reloads as its architecture with the
