@@ -98,6 +98,20 @@ def test_eval_options_reach_the_config_and_sampling(monkeypatch, tmp_path):
     assert calls == [(want,)]
 
 
+def test_eval_options_given_beside_config_override_its_values(monkeypatch, tmp_path):
+    """`repro eval --config FILE` takes the file's values; an option given on the command line
+    wins, even one spelling its default (--engine auto over the file's hf); a sampling option
+    joins the file's sampling key by key."""
+    calls = captured(monkeypatch, "repro.evaluation.runner", "run_eval")
+    path = tmp_path / "resolved.yaml"
+    path.write_text(f"model: m\nbenchmarks: [synth-aime]\nout: {tmp_path}\nengine: hf\nk: 3\n"
+                    "sampling: {max_new_tokens: 9, top_k: 4}\n")
+    invoke("eval", "--config", str(path), "--engine", "auto", "--top-k", "5")
+    want = EvalConfig(model="m", benchmarks=["synth-aime"], out=tmp_path, engine="auto", k=3,
+                      sampling={"max_new_tokens": 9, "top_k": 5})
+    assert calls == [(want,)]
+
+
 def test_aggregate_tuple_options_split_on_commas(monkeypatch, tmp_path):
     calls = captured(monkeypatch, "repro.reporting.aggregate", "aggregate", result={})
     log = tmp_path / "train_log.parquet"

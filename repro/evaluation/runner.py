@@ -1,10 +1,11 @@
 """`repro eval`: load each benchmark, sample k completions per problem, grade, write Parquet.
 
-The evaluation's EvalConfig (repro/evaluation/config.py) is written first, as OUT/resolved.yaml.
-Then, per benchmark under OUT (OUT/benchmark=NAME/ with split): `samples.parquet` (one row per
-completion) and `problems.parquet` (one row per problem: c of n, avg, pass@k), both with full
-provenance (model, checkpoint, benchmark, revision hash, k, sampling, engine, grader version,
-sandbox mode), and a `manifest.json` written last (checksums, rows). A local model folder is
+The evaluation's EvalConfig (repro/evaluation/config.py) is written as OUT/resolved.yaml before
+anything is generated. Then, per benchmark under OUT (OUT/benchmark=NAME/ with split):
+`samples.parquet` (one row per completion) and `problems.parquet` (one row per problem: c of n,
+avg, pass@k), both with full provenance (model, checkpoint, benchmark, revision hash, k,
+sampling, engine, grader version, sandbox mode), and a `manifest.json` written last (checksums,
+rows). A local model folder is
 verified against its run's manifest first; finished generation batches are cached (`cache`), so
 a killed evaluation resumes without regenerating them.
 """
@@ -85,16 +86,17 @@ def make_grader(spec: Any, cfg: EvalConfig) -> tuple[Any, str]:
 
 def run_eval(cfg: EvalConfig, engine: Any | None = None) -> dict[str, dict[str, Path]]:
     """The evaluation `cfg` describes: every benchmark loaded and checked first (a bad name or a
-    missing dataset fails before the model loads), `cfg` written as OUT/resolved.yaml, then one
-    engine (one model load, one vLLM start-up) for all of them. `engine` may be passed in
-    (tests, or a trainer's live policy). Returns each benchmark's written files, by name."""
+    missing dataset fails before the model loads), then one engine (one model load, one vLLM
+    start-up) for all of them; `cfg` is written as OUT/resolved.yaml before it generates.
+    `engine` may be passed in (tests, or a trainer's live policy). Returns each benchmark's
+    written files, by name."""
     prepared = [prepare(cfg, name) for name in cfg.benchmarks]
-    write_resolved(cfg)
     if engine is None:
         from repro.generation.factory import make_engine
 
         check_tree(cfg.model)  # a damaged exported policy: refuse before generating
         engine = make_engine(cfg.model, cfg.engine, batch_size=cfg.batch_size, seed=cfg.seed)
+    write_resolved(cfg)
     return {p.spec.name: run_prepared(p, engine) for p in prepared}
 
 
