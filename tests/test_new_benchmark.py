@@ -1,7 +1,7 @@
 """Adding a benchmark is adding its spec YAML (issue 39): in a copy of the package and its tests,
 a throwaway spec (synth-aime's generator under another name and seed: an existing loader) is
-listed by the registry, evaluated by `repro eval` and tested by the tests that iterate the
-registry, with no other file touched."""
+listed by the registry, evaluated by `repro eval`, trained on by `repro train` and tested by the
+tests that iterate the registry, with no other file touched."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import pytest
 import yaml
 
 from repro.models import TinyModelConfig, build_tiny
-from repro.results import EVAL_PROBLEMS, read_table
+from repro.results import EVAL_PROBLEMS, TRAIN_LOG, read_table
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "synth-throwaway"
 
 
-@pytest.mark.slow  # two interpreters and 3 test files in the copy: ~2 minutes on 2 cores
+@pytest.mark.slow  # 4 interpreters and 3 test files in the copy: ~2 minutes on 2 cores
 def test_a_spec_yaml_is_all_a_new_benchmark_needs(tmp_path):
     copy = tmp_path / "copy"
     for name in ("repro", "tests"):
@@ -50,9 +50,16 @@ def test_a_spec_yaml_is_all_a_new_benchmark_needs(tmp_path):
     rows = read_table(out / "problems.parquet", EVAL_PROBLEMS).to_pylist()
     assert [r["benchmark"] for r in rows] == [NAME, NAME]
 
+    run("-m", "repro", "train", "--out", str(tmp_path / "run"), f"model={model}",
+        f"tasks={{{NAME}: 1.0}}", "steps=1", "prompts_per_step=2", "group_size=2",
+        "minibatches=1", "max_new_tokens=8", "probe_n=2", "checkpoint_every=0")
+    log = read_table(tmp_path / "run" / "train_log.parquet", TRAIN_LOG).to_pylist()
+    assert len(log) == 1 and log[0]["step"] == 1  # an RL prompt set too: synth-aime's train split
+
     # the registry's own tests, whole (a hard-coded list of names would fail here), and the
     # evaluation tests that iterate the registry
     tested = run("-m", "pytest", "-n", "0", "-v", "-p", "no:cacheprovider",
                  "tests/test_benchmarks.py", "tests/test_tasks.py", "tests/test_eval_checks.py")
-    ours = [line for line in tested.stdout.splitlines() if NAME in line]
+    ours = [line for line in tested.stdout.splitlines()
+            if line.startswith("tests/") and f"[{NAME}]" in line]  # -v's result lines
     assert len(ours) >= 3 and all("PASSED" in line for line in ours), tested.stdout[-3000:]

@@ -30,8 +30,19 @@ for _info in pkgutil.iter_modules(__path__):
 
 __all__ = [
     "SYNTHETIC", "Probe", "synthetic_demonstrations", "synthetic_probes", "synthetic_rows",
-    "synthetic_size",
+    "synthetic_size", "task_of",
 ]
+
+
+def task_of(generator: str) -> str:
+    """The task a benchmark spec's `generator` (`repro.tasks.MODULE:rows`) names: a spec may
+    reuse a task's rows under its own name, and trains on that task's train split and probes."""
+    module = generator.partition(":")[0]
+    names = [name for name, task in SYNTHETIC.items() if task.__name__ == module]
+    if not names:
+        raise ValueError(f"generator {generator!r} is no task module of repro.tasks; known: "
+                         f"{sorted(task.__name__ for task in SYNTHETIC.values())}")
+    return names[0]
 
 
 def _task(name: str) -> ModuleType:
