@@ -281,29 +281,27 @@ def bench_rl_step(
 @bench_app.command("gpu")
 @config_options(PreflightConfig)
 def bench_gpu(settings: dict[str, Any]) -> None:
-    """Preflight of one node before a paper run: FSDP2 + precision recipe under torchrun, vLLM
-    colocate rollouts with the weight sync checked, updates at the preset's lr, save and reload,
-    MFU and peak memory per stage against `repro plan`. One JSON; exits 1 when a check fails."""
+    """Preflight of one node before a paper run, on both paper architectures (dense Qwen3,
+    Qwen3-Next MoE) in turn: FSDP2 + precision recipe under torchrun, vLLM colocate rollouts
+    with the weight sync checked, updates at the preset's lr, save and reload, MFU and peak
+    memory per stage against `repro plan`. One JSON; exits 1 when a check fails."""
     import torch
 
     from repro.bench.gpu import run_preflight
-    from repro.bench.options import SHAPES
 
     cfg = _build("repro bench gpu", PreflightConfig, settings)
     if not cfg.tiny and not torch.cuda.is_available():
         typer.echo("repro bench gpu: no GPU visible; --tiny runs the preflight on CPU", err=True)
         raise typer.Exit(2)
-    if not cfg.tiny and cfg.shape not in SHAPES:
-        typer.echo(f"repro bench gpu: --shape {cfg.shape!r} is not one of {sorted(SHAPES)}",
-                   err=True)
-        raise typer.Exit(2)
     if cfg.lr is not None and not cfg.lr > 0:
         typer.echo(f"repro bench gpu: --lr {cfg.lr} must be > 0", err=True)
         raise typer.Exit(2)
     report = run_preflight(cfg)
-    for name, stage in report["stages"].items():
-        extra = f" ({stage.get('reason', '')[:160]})" if stage.get("status") != "ok" else ""
-        typer.echo(f"  {name:<13} {stage.get('status')}{extra}")
+    for shape, one in report["shapes"].items():
+        typer.echo(f"{shape} ({one['model_type']}):")
+        for name, stage in one["stages"].items():
+            extra = f" ({stage.get('reason', '')[:160]})" if stage.get("status") != "ok" else ""
+            typer.echo(f"  {name:<13} {stage.get('status')}{extra}")
     _close_report("repro bench gpu", cfg.out / "preflight.json", report, f"{report['device']}, ")
 
 

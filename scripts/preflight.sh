@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The GPU preflight (`repro bench gpu`) as one timeout-safe command; writes $OUT/preflight.json
-# (and $OUT/preflight/*.log). Run in the repository root of a GPU node, e.g. through the device
-# tool of a session with a lent H200:
-#   run(command="bash scripts/preflight.sh", carry=[".whl"], timeout_s=540)
-# `repro bench gpu` stops itself at PREFLIGHT_BUDGET_S (default 420 s, each stage also within
-# its own budget); the outer `timeout` is the backstop, 60 s later, so the JSON of a run stopped
-# by its own budget always comes back.
+# (and $OUT/preflight/<shape>/*.log). Run in the repository root of a GPU node, e.g. through the
+# device tool of a session with a lent H200:
+#   run(command="bash scripts/preflight.sh", carry=[".whl"], timeout_s=560)
+# `repro bench gpu` stops itself at PREFLIGHT_BUDGET_S (default 480 s for both shapes, dense
+# Qwen3 and Qwen3-Next; each stage also within its own budget); the outer `timeout` is the
+# backstop, 60 s later, so the JSON of a run stopped by its own budget always comes back.
 #
 # The device image has torch, transformers and accelerate but not trl, datasets and their
 # pure-Python needs, and no network: carry them as wheels in .whl (here, in the repo root):
@@ -19,7 +19,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?set OUT to the folder the JSON goes to}
-budget=${PREFLIGHT_BUDGET_S:-420}
+budget=${PREFLIGHT_BUDGET_S:-480}
 py=${PYTHON:-python3}
 if compgen -G ".whl/*.whl" >/dev/null; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -1,4 +1,4 @@
-"""The README's claim: pandas, polars and duckdb read the aggregate Parquet as it is.
+"""docs/pipeline.md's claim: pandas, polars and duckdb read the aggregate Parquet as it is.
 
 Read the committed aggregate (results/aggregate/, the tiny default's) with each reader and
 compare rows, columns and a numeric total with pyarrow's. All three come with the test install

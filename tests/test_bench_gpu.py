@@ -1,7 +1,9 @@
 """`repro bench gpu --tiny`: the preflight's every stage on CPU (2 gloo processes, FSDP2 with
-the precision recipe). In the main venv the vLLM stages are skipped with their reason; .ci/run runs
-this file again in its vLLM venv (REPRO_REQUIRE_VLLM=1), where they must run and pass. Nothing
-here measures a GPU: MFU and peak memory are NaN / absent on CPU.
+the precision recipe), on both paper architectures (tiny dense Qwen3 and tiny Qwen3-Next) in one
+call. In the main venv the vLLM stages are skipped with their reason; .ci/run runs this file
+again in its vLLM venv (REPRO_REQUIRE_VLLM=1), where they must run (or, on an architecture the
+vLLM build cannot run, fail with vLLM's own error while the other stages run with HF generate).
+Nothing here measures a GPU: MFU and peak memory are NaN / absent on CPU.
 
 The checks can fail: an lr rounded away (end to end), a corrupted save (the reload worker on a
 tampered file), a stage past its budget (a stand-in worker), and each other defect fed to
@@ -47,11 +49,25 @@ def tiny(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_every_stage_runs_on_two_processes_and_passes(tiny):
-    _, code, report, output = tiny
-    assert code == 0 and report["failures"] == [], output
-    assert report["measured_on_gpu"] is False and report["processes"] == 2
+@pytest.mark.parametrize(("shape", "model_type"), [("tiny", "qwen3"),
+                                                   ("tiny-next", "qwen3_next")])
+def test_every_stage_runs_on_two_processes_and_passes(tiny, shape, model_type):
+    _, code, top, output = tiny
+    assert list(top["shapes"]) == ["tiny", "tiny-next"]  # both architectures in one call
+    assert top["measured_on_gpu"] is False and top["processes"] == 2
+    report = top["shapes"][shape]
+    assert report["model_type"] == model_type
     stages = report["stages"]
+    vllm_refused = HAS_VLLM and stages["vllm_sync"]["status"] == "failed"
+    if vllm_refused:  # this vLLM build cannot run the architecture: one line, vLLM's own
+        assert stages["vllm_sync"]["reason"].startswith(f"vLLM on {model_type}: exit ")
+        assert report["failures"] == [
+            f"vllm_sync: failed ({stages['vllm_sync']['reason'][:300]})"], output
+    else:
+        assert report["failures"] == [], output
+    assert top["failures"] == [f"{name}: {line}" for name, one in top["shapes"].items()
+                               for line in one["failures"]]
+    assert code == (1 if top["failures"] else 0), output
     for name in ("build", "startup", "rollout", "update", "param_change", "save", "reload"):
         assert stages[name]["status"] == "ok", (name, stages[name])
     change = stages["param_change"]
@@ -60,9 +76,10 @@ def test_every_stage_runs_on_two_processes_and_passes(tiny):
     assert stages["update"]["lr"] == 1e-6  # the paper preset's
     assert stages["update"]["model_flops"] > 6 * stages["update"]["tokens"]
     assert stages["reload"]["tensors_differ"] == [] and stages["reload"]["tensors"] > 0
+    assert stages["save"]["writers"] == 2 and stages["save"]["files"] >= 2  # each its own
     assert math.isnan(report["mfu"])  # no GPU peak on CPU
     assert set(report["predicted_gb"]) >= {"rollout", "update"}  # repro.plan ran on the shapes
-    if HAS_VLLM:
+    if HAS_VLLM and not vllm_refused:
         assert stages["rollout"]["engine"] == "vllm"
         sync = stages["vllm_sync"]
         tol = NOISE_FACTOR * sync["noise"]
@@ -71,8 +88,10 @@ def test_every_stage_runs_on_two_processes_and_passes(tiny):
     else:
         assert stages["rollout"]["engine"] == "hf"
         for name in ("vllm_sync", "vllm_resync"):
-            assert stages[name]["status"] == "skipped"
-            assert "vllm is not installed" in stages[name]["reason"]
+            assert stages[name]["status"] == ("failed" if vllm_refused and name == "vllm_sync"
+                                              else "skipped")
+            if not HAS_VLLM:
+                assert "vllm is not installed" in stages[name]["reason"]
 
 
 @pytest.mark.slow
@@ -80,8 +99,8 @@ def test_a_corrupted_save_fails_the_reload(tiny):
     """The reload worker on the saved folder with one tensor changed in its file."""
     from safetensors.torch import load_file, save_file
 
-    out = tiny[0]
-    path = out / "saved" / "model.safetensors"
+    out = tiny[0] / "tiny"
+    path = sorted((out / "saved").glob("*.safetensors"))[0]
     tensors = load_file(str(path))
     name = sorted(tensors)[0]
     tensors[name] = tensors[name] * 1.001
@@ -101,10 +120,12 @@ def test_a_corrupted_save_fails_the_reload(tiny):
 def test_an_lr_rounded_away_fails_the_parameter_change_check(tmp_path):
     """lr 1e-12: AdamW's step (~lr) is below float32's spacing at the weights' size, so no
     master moves, as bf16 masters at the preset's 1e-6 (defect 2)."""
-    code, report, output = preflight(tmp_path, "--lr", "1e-12")
+    code, report, output = preflight(tmp_path, "--lr", "1e-12", "--shapes", "tiny")
     assert code == 1, output
-    assert report["stages"]["param_change"]["elements_changed_frac"] < 0.01  # weights near 0 move
-    assert [line for line in report["failures"] if line.startswith("param_change:")], report
+    assert list(report["shapes"]) == ["tiny"]
+    change = report["shapes"]["tiny"]["stages"]["param_change"]
+    assert change["elements_changed_frac"] < 0.01  # weights near 0 move
+    assert [line for line in report["failures"] if line.startswith("tiny: param_change:")]
 
 
 def passing() -> dict:
@@ -115,7 +136,7 @@ def passing() -> dict:
         "rollout": ok | {"peak_gb": 8.0}, "update": ok | {"peak_gb": 19.0},
         "param_change": ok | {"elements_changed_frac": 0.99, "master_dtypes": ["torch.float32"],
                               "sharded": True, "distributed_type": "DistributedType.FSDP"},
-        "save": ok, "vllm_resync": ok | {"trained": 0.03},
+        "save": ok | {"writers": 2, "files": 3}, "vllm_resync": ok | {"trained": 0.03},
         "reload": ok | {"tensors": 10, "tensors_differ": []}}}
 
 
@@ -129,6 +150,7 @@ def passing() -> dict:
     ("vllm_resync", "trained", 0.3, "trained policy"),  # the sync after FSDP2 updates fails
     ("update", "peak_gb", 25.0, "over repro.plan"),  # the planner underestimates
     ("reload", "tensors_differ", ["lm_head.weight"], "differ"),
+    ("save", "writers", 1, "want 2 (each writes"),  # one process wrote everything
     ("rollout", "status", "stopped", "rollout: stopped"),  # overran its budget
 ])
 def test_each_defect_is_a_failure(stage, key, value, says):
@@ -176,20 +198,111 @@ time.sleep(60)
         NOISE_FACTOR))
 
 
-def test_the_planner_refuses_a_preflight_that_would_not_fit(tmp_path):
-    """What makes `run_preflight` skip every train stage with the reason: repro.plan on the GPU
+@pytest.mark.parametrize("shape", ["qwen3-32b-4l", "qwen3-next-80b-2l"])
+def test_the_planner_refuses_a_preflight_that_would_not_fit(shape, tmp_path):
+    """What makes `run_preflight` skip every train stage with the reason: repro.plan on each GPU
     shape (config.json only, no weights) with sequences too long for one 141 GB GPU."""
-    from transformers import Qwen3Config
+    from transformers import AutoConfig
 
     from repro.bench.gpu import predicted, train_config
     from repro.bench.options import SHAPES, PreflightConfig
     from repro.plan import PlanRefusal
 
-    Qwen3Config(**SHAPES["qwen3-32b-4l"]).save_pretrained(tmp_path)
+    fields = dict(SHAPES[shape])
+    AutoConfig.for_model(fields.pop("model_type"), **fields).save_pretrained(tmp_path)
     fits = PreflightConfig(out=tmp_path, processes=1, lr=1e-6).resolved()
     for use_vllm in (False, True):
         got = predicted(fits, tmp_path, train_config(fits, tmp_path, use_vllm))
         assert 0 < got["update"] < 141 and 0 < got["rollout"] < 141, got
     huge = PreflightConfig(out=tmp_path, processes=1, lr=1e-6, max_new_tokens=400_000).resolved()
-    with pytest.raises(PlanRefusal, match=r"config train.trl_args.use_vllm"):
+    with pytest.raises(PlanRefusal, match=r"^config train\.trl_args\.\w+: the "):
         predicted(huge, tmp_path, train_config(huge, tmp_path, use_vllm=False))
+
+
+def test_the_gpu_shapes_are_both_paper_architectures_at_their_widths():
+    """Qwen3-Next's shape is its preset's config.json fields with 2 layers, one Gated DeltaNet
+    and one gated-attention layer, built on the meta device by transformers' own class."""
+    import torch
+    import yaml
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from repro.bench.options import NEXT_PRESET, SHAPES, PreflightConfig
+
+    assert PreflightConfig().shapes == ("qwen3-32b-4l", "qwen3-next-80b-2l")
+    assert PreflightConfig(tiny=True).shapes == ("tiny", "tiny-next")
+    paper = yaml.safe_load(NEXT_PRESET.read_text())["models"]["qwen3-next-80b"]["config"]
+    fields = dict(SHAPES["qwen3-next-80b-2l"])
+    for key in ("hidden_size", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                "linear_num_value_heads", "head_dim", "vocab_size"):
+        assert fields[key] == paper[key], key
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    assert config.layer_types == ["linear_attention", "full_attention"]
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    assert type(model).__name__ == "Qwen3NextForCausalLM"
+    assert 3e9 < model.num_parameters() < 5e9  # about the dense shape's 3.5B: one H200 each
+
+
+@pytest.mark.parametrize(("shapes", "tiny"), [(("tiny",), False), (("qwen3-32b-4l",), True),
+                                              (("tiny", "tiny"), True)])
+def test_an_unknown_or_repeated_shape_is_one_line_at_parse_time(shapes, tiny):
+    from repro.bench.options import PreflightConfig
+
+    with pytest.raises(ValueError, match=r"^PreflightConfig.shapes: .* are not distinct"):
+        PreflightConfig(shapes=shapes, tiny=tiny)
+
+
+def test_mfu_counts_the_experts_a_token_meets():
+    """matmul_params: the dense model's count is the hand formula from its config; on Qwen3-Next
+    each extra expert per token adds one expert's three matrices per MoE layer."""
+    from repro.bench.preflight_worker import matmul_params
+    from repro.models import TinyModelConfig, build_tiny
+
+    dense = build_tiny(TinyModelConfig(hidden_size=32, head_dim=8, intermediate_size=64))[0]
+    c = dense.config
+    d_attn, kv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+    h = c.hidden_size
+    per_layer = h * (2 * d_attn + 2 * kv) + 3 * h * c.intermediate_size
+    assert matmul_params(dense) == c.num_hidden_layers * per_layer + h * c.vocab_size
+    counts = []
+    for k in (2, 3):
+        model = build_tiny(TinyModelConfig(architecture="qwen3_next", hidden_size=32, head_dim=8,
+                                           num_hidden_layers=4, num_experts_per_tok=k))[0]
+        counts.append(matmul_params(model))
+    c = model.config
+    assert counts[1] - counts[0] == c.num_hidden_layers * 3 * h * c.moe_intermediate_size
+
+
+def test_a_vllm_that_cannot_run_the_architecture_fails_its_stages_and_the_rest_still_run(
+        tmp_path, monkeypatch):
+    """`train_stages` with a stand-in worker whose vLLM start fails (the reason line is made up
+    here; on a real refusal it is vLLM's own last error line): the vLLM stages fail with it, named
+    by architecture, and the worker runs again with HF generate for the other stages."""
+    from repro.bench import gpu
+    from repro.bench.options import PreflightConfig
+
+    refusal = "exit 1: ValueError: stand-in for vLLM's refusal of this architecture"
+    runs = []
+
+    def worker(cmd, env, log, progress, budgets, deadline):
+        train = json.loads((tmp_path / "worker.json").read_text())["train"]
+        runs.append(bool(train["trl_args"].get("use_vllm")))
+        if runs[-1]:
+            return {"stage": "startup", "status": "failed", "reason": refusal}
+        progress.write_text(json.dumps({"current": None, "stages": {
+            n: {"status": "ok"} for n in ("rollout", "update", "save")}}))
+        return None
+
+    monkeypatch.setattr(gpu, "watch", worker)
+    cfg = PreflightConfig(tiny=True, out=tmp_path).resolved()
+    stages: dict = {}
+    gpu.train_stages(cfg, tmp_path, tmp_path, gpu.train_config(cfg, tmp_path, use_vllm=True),
+                     {}, time.time() + 60, stages, "qwen3_next")
+    assert runs == [True, False]
+    assert stages["vllm_sync"] == {"status": "failed",
+                                   "reason": f"vLLM on qwen3_next: {refusal}"}
+    assert stages["vllm_resync"] == {"status": "skipped", "reason": "vllm_sync failed"}
+    assert [stages[n]["status"] for n in ("startup", "rollout", "update", "save")] == ["ok"] * 4
+    report = {"processes": 2, "stages": stages, "predicted_gb": {}}
+    assert failures(report, 1e-6, STALE_FACTOR, NOISE_FACTOR)[0].startswith(
+        "vllm_sync: failed (vLLM on qwen3_next: exit 1: ValueError: stand-in")

@@ -140,12 +140,13 @@ def test_bench_options_reach_the_config(monkeypatch, command, module, run, args,
 
 
 def test_bench_gpu_budgets_and_sizes_reach_the_resolved_config(monkeypatch, tmp_path):
-    report = {"stages": {}, "failures": [], "seconds": 0.0, "device": "cpu"}
+    report = {"shapes": {}, "failures": [], "seconds": 0.0, "device": "cpu"}
     calls = captured(monkeypatch, "repro.bench.gpu", "run_preflight", result=report)
     invoke("bench", "gpu", "--tiny", "--out", str(tmp_path), "--budgets", "startup=5",
-           "--group-size", "2")
+           "--group-size", "2", "--shapes", "tiny-next")
     cfg = calls[0][0]
-    assert cfg == PreflightConfig(out=tmp_path, tiny=True, budgets={"startup": 5}, group_size=2)
+    assert cfg == PreflightConfig(out=tmp_path, tiny=True, budgets={"startup": 5}, group_size=2,
+                                  shapes=("tiny-next",))
     resolved = cfg.resolved()  # a given size wins over --tiny's; the rest are --tiny's
     assert (resolved.group_size, resolved.minibatches, resolved.budgets["startup"]) == (2, 2, 5)
 
@@ -154,6 +155,7 @@ def test_bench_gpu_budgets_and_sizes_reach_the_resolved_config(monkeypatch, tmp_
     (["bench", "objectives", "--transform-groups", "8,x"], "--transform-groups"),
     (["bench", "gpu", "--tiny", "--budgets", "startup=soon"], "PreflightConfig.budgets"),
     (["bench", "gpu", "--tiny", "--budgets", "nap=5"], "nap"),
+    (["bench", "gpu", "--tiny", "--shapes", "qwen3-32b-4l"], "PreflightConfig.shapes"),
     (["theory", "--steps", "0"], "steps"),
 ])
 def test_bad_values_are_refused_naming_the_option(args, named):

@@ -55,7 +55,8 @@ SCHEMA_FIELDS: dict[str, tuple[type, str]] = {
 PIPELINE_ONLY = {"run", "run.models", "run.seeds", "eval", "eval.benchmarks", "eval.init",
                  "ablations", "ablations.group_sizes", "ablations.seeds", "ablations.all_fractions",
                  "report", "theory",
-                 "models.*.sft", "algorithms.*.objective", "results", "data_lock",
+                 "models.*.sft", "algorithms.*.objective", "algorithms.*.train", "results",
+                 "data_lock",
                  "hardware", "hardware.train", "hardware.eval"}
 
 def schema_defaults(node: dict, prefix: str = "") -> dict[str, Any]:

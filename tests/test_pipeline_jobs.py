@@ -92,12 +92,34 @@ def test_table_and_figure_files_are_in_snakemakes_expand_order():
      "config: models.tiny.base forms a cycle through 'tiny'"),
     ({"models": {"tiny": {"source": "sft", "base": "nowhere", "sft": {}}}},
      "config: models.tiny.base names 'nowhere', not an sft entry"),
-    ({"train": {"lr": -1.0}}, "TrainConfig.lr")])
+    ({"train": {"lr": -1.0}}, "TrainConfig.lr"),
+    ({"algorithms": {"gspo": {"algorithm": "gspo", "train": {"lr": 1.0}}}},
+     "config algorithms.gspo.train: lr is shared by every run (compute matching)"),
+    ({"algorithms": {"gspo": {"algorithm": "gspo", "train": {"epochs": 0}}}},
+     "config: run algo=gspo/model=tiny/group_size=8/seed=0: TrainConfig.epochs")])
 def test_a_bad_value_is_refused_naming_its_key(change, message):
     jobs = Jobs(resolved(**change))
     with pytest.raises(ValueError, match=re.escape(message)):
         jobs.check()
         jobs.check_run_configs()
+
+
+def test_a_labels_source_reaches_its_runs_alone():
+    """`algorithms.LABEL.train` (an off-policy source) changes that label's runs and nothing
+    else: every other field of its config equals the plain label's."""
+    source = {"minibatches": 2, "epochs": 2, "sampler_dtype": "bfloat16", "staleness": 2}
+    config = resolved("smoke.yaml")
+    config["algorithms"]["gspo_reuse"] = {"algorithm": "gspo", "train": source}
+    config["run"]["algorithms"] = ["gspo", "gspo_reuse"]
+    jobs = Jobs(config)
+    jobs.check()
+    configs = {r["algo"]: jobs.run_config(SimpleNamespace(**r)) for r in jobs.run_keys()
+               if r["main"] and r["seed"] == 0}
+    plain, reused = configs["gspo"], configs["gspo_reuse"]
+    assert {k: reused[k] for k in source} == source
+    assert {k: plain[k] for k in source} != source
+    assert {k: v for k, v in reused.items() if k not in source} == {
+        k: v for k, v in plain.items() if k not in source}
 
 
 def test_a_selection_outside_its_catalogue_is_refused_in_one_line(capsys):

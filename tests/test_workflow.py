@@ -384,9 +384,9 @@ def test_tables_and_figures_from_the_committed_aggregate_alone(tmp_path):
 # each pre-registered study: its preset, the page that reports its verdicts, the heading of
 # that section (its first table holds the verdicts) and the ids the table must have
 STUDIES = {
-    "tiny-study": ("docs/results.md", "## The pre-registered tiny study",
+    "tiny-study": ("docs/results.md", "## Study 1: the pre-registered tiny study",
                    {"V", *(f"P{i}" for i in range(1, 9))}),
-    "mechanism-study": ("README.md", "## The mechanism study",
+    "mechanism-study": ("docs/results.md", "## Study 2: the mechanism study",
                         {"G1", "G2", "G3", "P1", "P2", "P3", "P4", "P5", "P6a", "P6b", "P7",
                          "P8", "P9"}),
 }

@@ -1,4 +1,4 @@
-"""README claim: "a changed config value reruns only the runs it touches".
+"""docs/pipeline.md's claim: "a changed config value reruns only the runs it touches".
 
 The smoke preset's run configs are written for real (`--until run_config`: YAML files only,
 seconds), then a dry run after each config change lists the runs Snakemake would redo: the

@@ -1,14 +1,19 @@
 """`repro bench gpu`: the preflight a user runs on one node before a paper run (issue 18, item 4).
 
-What it runs: the paper preset's training stack on a random-init Qwen3 of a given shape (no
-network), under torchrun on every visible GPU (on CPU, `--tiny`: 2 gloo processes with the
-twin's launcher environment), in stages (repro/bench/preflight_worker.py): FSDP2 with the
-precision recipe (fp32 masters, bf16 compute); vLLM colocated through the TRL engine (its log-
-probs against the trainer's before and after a weight sync; skipped with the reason where vLLM
-is not installed, rollouts then use HF generate); one rollout and the K updates at the preset's
-lr (tokens/s, MFU with attention FLOPs: `preflight_worker.flops_per_update`); the share of
-master weights that moved; save, then a fresh process reloads and compares every tensor (sha256)
-and the logits; peak GPU memory per stage against `repro.plan`'s prediction for the same shapes.
+What it runs: the paper preset's training stack on random-init models of both paper
+architectures in turn, dense Qwen3 and Qwen3-Next (hybrid Gated DeltaNet / gated attention,
+512 experts), at the paper models' widths with few layers (`options.SHAPES`; no network), so one
+call on the first GPU lent covers both; each under torchrun on every visible GPU (on CPU,
+`--tiny`: the twin's tiny models of both architectures on 2 gloo processes with the twin's
+launcher environment), in stages (repro/bench/preflight_worker.py): FSDP2 with the precision
+recipe (fp32 masters, bf16 compute); vLLM colocated through the TRL engine (its log-probs
+against the trainer's before and after a weight sync; skipped with the reason where vLLM is not
+installed, rollouts then use HF generate; failed with vLLM's own error where it cannot run the
+architecture, the other stages then run again with HF generate); one rollout and the K updates
+at the preset's lr (tokens/s, MFU with attention FLOPs: `preflight_worker.flops_per_update`);
+the share of master weights that moved; save, then a fresh process reloads and compares every
+tensor (sha256) and the logits; peak GPU memory per stage against `repro.plan`'s prediction for
+the same shapes.
 
 Budgets: each stage has its own (seconds); the parent stops a stage that overruns it (the
 stages before it keep their results; `build`, in this process, is only timed), and a stage that
@@ -33,7 +38,7 @@ from typing import Any
 import torch
 
 from repro.bench.options import SHAPES, PreflightConfig, preset
-from repro.bench.twin import launcher_env, tiny_bf16_model
+from repro.bench.twin import launcher_env, tiny_bf16_model, torchrun_cmd
 
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12}  # dense, per GPU
 TRAIN_STAGES = ("vllm_sync", "rollout", "update", "param_change", "save", "vllm_resync")
@@ -86,22 +91,24 @@ def predicted(cfg: PreflightConfig, model: Path, train: dict[str, Any]) -> dict[
     return {phase.name: phase.total_gb for phase in plan.phases}
 
 
-def build_model(cfg: PreflightConfig, path: Path) -> Path:
-    """Random-init Qwen3 saved in bf16 (as Qwen3 checkpoints are): the twin's tiny one, or a
-    real width from SHAPES with the project's tokenizer."""
-    if cfg.tiny:
-        return tiny_bf16_model(path, head_dim=32)  # vLLM's CPU attention takes 32, not 8
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+def build_model(cfg: PreflightConfig, shape: str, path: Path) -> Path:
+    """Random-init model saved in bf16 (as the paper's checkpoints are): the twin's tiny one of
+    that architecture, or a real width from SHAPES (dense Qwen3 or Qwen3-Next, transformers' own
+    classes) with the project's tokenizer."""
+    if cfg.tiny:  # vLLM's CPU attention takes head_dim 32, not 8
+        return tiny_bf16_model(path, head_dim=32, model=shape)
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from repro.models.tokenizer import build_tokenizer
 
     tok = build_tokenizer(model_max_length=4096)
-    config = Qwen3Config(max_position_embeddings=4096, pad_token_id=tok.pad_token_id,
-                         eos_token_id=tok.eos_token_id, bos_token_id=None, dtype="bfloat16",
-                         **SHAPES[cfg.shape])
+    fields = dict(SHAPES[shape])
+    config = AutoConfig.for_model(fields.pop("model_type"), max_position_embeddings=4096,
+                                  pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                                  bos_token_id=None, dtype="bfloat16", **fields)
     torch.manual_seed(0)
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+        model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     del model
@@ -156,27 +163,50 @@ def merge(stages: dict[str, Any], names: tuple[str, ...], progress: Path,
 
 
 def run_preflight(cfg: PreflightConfig) -> dict[str, Any]:
+    """Every shape in turn (dense Qwen3, then Qwen3-Next: both architectures in one call), each
+    into OUT/<shape>/ with what is left of the total budget split over the shapes still to run.
+    One JSON: the shared facts, each shape's report under `shapes`, and every failure prefixed
+    with its shape."""
     from repro.atomic import atomic_file
-    from repro.bench.preflight_checks import failures, mfu_of
-    from repro.bench.twin import torchrun_cmd
 
     cfg = cfg.resolved()
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    for old in ("progress.json", "progress_reload.json", "saved_probe.pt"):  # a previous run's
-        (out / old).unlink(missing_ok=True)
     t0 = time.time()
-    deadline = t0 + cfg.budget_s
     gpu = torch.cuda.is_available() and not cfg.tiny
-    no_vllm = vllm_available()
     report: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if gpu else "cpu", "measured_on_gpu": gpu,
         "processes": cfg.processes, "config": json.loads(json.dumps(asdict(cfg), default=str)),
-        "versions": versions(), "stages": {}, "predicted_gb": {}}
+        "versions": versions(), "shapes": {}}
+    for i, shape in enumerate(cfg.shapes):
+        deadline = time.time() + (t0 + cfg.budget_s - time.time()) / (len(cfg.shapes) - i)
+        report["shapes"][shape] = run_shape(cfg, shape, out / shape, deadline, gpu)
+    if not gpu:
+        report["memory"] = "not measured on CPU: peak_gb per stage is CUDA's allocator's"
+    report["seconds"] = time.time() - t0
+    report["failures"] = [f"{shape}: {line}" for shape, one in report["shapes"].items()
+                          for line in one["failures"]]
+    text = json.dumps(report, indent=1, default=str)
+    atomic_file(out / "preflight.json", lambda tmp: tmp.write_text(text + "\n"))
+    return report
+
+
+def run_shape(cfg: PreflightConfig, shape: str, out: Path, deadline: float,
+              gpu: bool) -> dict[str, Any]:
+    """The stages on one shape (the module docstring), by `deadline`."""
+    from repro.bench.preflight_checks import failures, mfu_of
+
+    out.mkdir(parents=True, exist_ok=True)
+    for old in ("progress.json", "progress_reload.json", "saved_probe.pt"):  # a previous run's
+        (out / old).unlink(missing_ok=True)
+    t0 = time.time()
+    no_vllm = vllm_available()
+    report: dict[str, Any] = {"stages": {}, "predicted_gb": {}}
     stages = report["stages"]
     t = time.time()
-    model = build_model(cfg, out / "model")
+    model = build_model(cfg, shape, out / "model")
     stages["build"] = {"status": "ok", "seconds": time.time() - t}
+    report["model_type"] = json.loads((model / "config.json").read_text())["model_type"]
     train = train_config(cfg, model, use_vllm=no_vllm is None)
     try:
         report["predicted_gb"] = predicted(cfg, model, train)
@@ -184,38 +214,19 @@ def run_preflight(cfg: PreflightConfig) -> dict[str, Any]:
         for name in (*TRAIN_STAGES, "reload"):
             stages[name] = {"status": "skipped", "reason": f"repro.plan: {err}"}
     if not stages.get("rollout"):
-        (out / "worker.json").write_text(json.dumps({"train": train, "budgets": cfg.budgets}))
-        progress = out / "progress.json"
         env = launcher_env(cfg.processes) | ({"VLLM_CPU_KVCACHE_SPACE": "1"} if not gpu else {})
         if gpu:
             env.pop("ACCELERATE_USE_CPU")
         if no_vllm:
             stages |= {n: {"status": "skipped", "reason": no_vllm} for n in TRAIN_STAGES
                        if n.startswith("vllm")}
-        ended = watch(torchrun_cmd(cfg.processes, "repro.bench.preflight_worker",
-                                   ["train", str(out), str(model), str(out / "worker.json")]),
-                      env, out / "train.log", progress, cfg.budgets, deadline)
-        merge(stages, TRAIN_STAGES, progress, ended)
-        left = deadline - time.time()
-        if stages["save"]["status"] != "ok":
-            stages["reload"] = {"status": "not run", "reason": "nothing saved"}
-        elif left < cfg.budgets["reload"]:
-            stages["reload"] = {"status": "skipped", "reason": f"{left:.0f} s left, its "
-                                f"budget is {cfg.budgets['reload']:.0f} s"}
-        else:
-            ended = watch([sys.executable, "-m", "repro.bench.preflight_worker", "reload",
-                           str(out)], env | {"RANK": "0", "WORLD_SIZE": "1"},
-                          out / "reload.log", out / "progress_reload.json",
-                          {"startup": cfg.budgets["reload"], "reload": cfg.budgets["reload"]},
-                          deadline)
-            reload_stages: dict[str, Any] = {}
-            merge(reload_stages, ("reload",), out / "progress_reload.json", ended)
-            stages["reload"] = reload_stages["reload"]
+        train_stages(cfg, out, model, train, env, deadline, stages, report["model_type"])
+        reload_stage(cfg, out, env, deadline, stages)
     report["stages"] = stages = {n: stages[n] for n in ("build", "startup", *TRAIN_STAGES, "reload")
                                if n in stages}
     update = stages.get("update", {})
     peak = PEAK_BF16_FLOPS.get(next((k for k in PEAK_BF16_FLOPS if gpu and k in
-                                     report["device"]), ""), math.nan)
+                                     torch.cuda.get_device_name()), ""), math.nan)
     report["mfu"] = mfu_of(update, peak, cfg.processes)
     rollout = stages.get("rollout", {})
     report["tokens_per_s"] = {  # all processes together
@@ -223,17 +234,62 @@ def run_preflight(cfg: PreflightConfig) -> dict[str, Any]:
         if rollout.get("status") == "ok" else math.nan,
         "update": update["tokens"] / update["seconds"] if update.get("status") == "ok"
         else math.nan}
-    if not gpu:
-        report["memory"] = "not measured on CPU: peak_gb per stage is CUDA's allocator's"
     report["flops_formula"] = ("6 N T + 6 L (heads x head_dim) sum_i s_i^2 per update, N = "
-                               "matmul parameters (layers + LM head), T = tokens, s_i = row "
-                               "lengths; peak " + (f"{peak:.3g}" if gpu else "n/a on CPU")
+                               "matmul parameters a token meets (layers, routed experts at "
+                               "top-k / experts, LM head), T = tokens, L = softmax-attention "
+                               "layers, s_i = row lengths; peak "
+                               + (f"{peak:.3g}" if gpu else "n/a on CPU")
                                + " FLOP/s per GPU, bf16 dense")
     report["seconds"] = time.time() - t0
-    report["failures"] = failures(report, cfg.lr, STALE_FACTOR, NOISE_FACTOR)
-    text = json.dumps(report, indent=1, default=str)
-    atomic_file(out / "preflight.json", lambda tmp: tmp.write_text(text + "\n"))
+    report["failures"] = failures(report | {"processes": cfg.processes}, cfg.lr, STALE_FACTOR,
+                                  NOISE_FACTOR)
     return report
+
+
+def train_stages(cfg: PreflightConfig, out: Path, model: Path, train: dict[str, Any],
+                 env: dict[str, str], deadline: float, stages: dict[str, Any],
+                 model_type: str) -> None:
+    """The train worker under torchrun. Where vLLM cannot start or sync on this architecture
+    (e.g. a vLLM build without Qwen3-Next), its stages fail with vLLM's own last error line and
+    the worker runs again with HF generate, so the other stages are still measured."""
+    progress = out / "progress.json"
+    (out / "worker.json").write_text(json.dumps({"train": train, "budgets": cfg.budgets}))
+    cmd = torchrun_cmd(cfg.processes, "repro.bench.preflight_worker",
+                       ["train", str(out), str(model), str(out / "worker.json")])
+    ended = watch(cmd, env, out / "train.log", progress, cfg.budgets, deadline)
+    use_vllm = bool(train["trl_args"].get("use_vllm"))
+    if not (use_vllm and ended and ended["status"] == "failed"
+            and ended["stage"] in ("startup", "vllm_sync")):
+        merge(stages, TRAIN_STAGES, progress, ended)
+        return
+    why = f"vLLM on {model_type}: {ended['reason']}"
+    stages |= {"vllm_sync": {"status": "failed", "reason": why},
+               "vllm_resync": {"status": "skipped", "reason": "vllm_sync failed"}}
+    train = train_config(cfg, model, use_vllm=False)
+    (out / "worker.json").write_text(json.dumps({"train": train, "budgets": cfg.budgets}))
+    progress.unlink(missing_ok=True)
+    ended = watch(cmd, env, out / "train.log", progress, cfg.budgets, deadline)
+    merge(stages, TRAIN_STAGES, progress, ended)
+
+
+def reload_stage(cfg: PreflightConfig, out: Path, env: dict[str, str], deadline: float,
+                 stages: dict[str, Any]) -> None:
+    """A fresh process reloads what `save` wrote, within its budget and the deadline."""
+    left = deadline - time.time()
+    if stages["save"]["status"] != "ok":
+        stages["reload"] = {"status": "not run", "reason": "nothing saved"}
+    elif left < cfg.budgets["reload"]:
+        stages["reload"] = {"status": "skipped", "reason": f"{left:.0f} s left, its "
+                            f"budget is {cfg.budgets['reload']:.0f} s"}
+    else:
+        ended = watch([sys.executable, "-m", "repro.bench.preflight_worker", "reload",
+                       str(out)], env | {"RANK": "0", "WORLD_SIZE": "1"},
+                      out / "reload.log", out / "progress_reload.json",
+                      {"startup": cfg.budgets["reload"], "reload": cfg.budgets["reload"]},
+                      deadline)
+        reload_stages: dict[str, Any] = {}
+        merge(reload_stages, ("reload",), out / "progress_reload.json", ended)
+        stages["reload"] = reload_stages["reload"]
 
 
 def versions() -> dict[str, str]:

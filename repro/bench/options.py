@@ -43,12 +43,30 @@ class CoherenceConfig:
             raise ValueError(f"CoherenceConfig.temperature must be > 0, got {self.temperature}")
 
 
-# Qwen3-32B's width (its config.json) with few layers, so a step fits one H200 and the budget.
+NEXT_PRESET = PRESET.with_name("paper-qwen3-next-80b.yaml")
+
+
+def _next_80b_width() -> dict[str, Any]:
+    """Qwen3-Next-80B's config.json fields as its preset declares them (one source), with 2
+    layers: one Gated DeltaNet and one gated-attention layer (full_attention_interval 2), so the
+    512 experts' update fits one H200 like the dense shape's 4 layers."""
+    models = yaml.safe_load(NEXT_PRESET.read_text())["models"]
+    fields = dict(next(iter(models.values()))["config"])
+    fields.pop("max_position_embeddings", None)  # the preflight's sequences set it
+    return fields | {"num_hidden_layers": 2, "full_attention_interval": 2}
+
+
+# The paper models' widths with few layers, so a step fits one H200 and the budget: dense
+# Qwen3-32B (its config.json) and Qwen3-Next-80B-A3B (hybrid DeltaNet / attention, 512 experts).
 SHAPES: dict[str, dict[str, Any]] = {
-    "qwen3-32b-4l": {"hidden_size": 5120, "num_hidden_layers": 4, "num_attention_heads": 64,
-                     "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 25600,
-                     "vocab_size": 151936, "tie_word_embeddings": False},
+    "qwen3-32b-4l": {"model_type": "qwen3", "hidden_size": 5120, "num_hidden_layers": 4,
+                     "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+                     "intermediate_size": 25600, "vocab_size": 151936,
+                     "tie_word_embeddings": False},
+    "qwen3-next-80b-2l": _next_80b_width(),
 }
+# --tiny: the twin's random-init tiny models of the same two architectures (repro.bench.twin)
+TINY_SHAPES = ("tiny", "tiny-next")
 # seconds per stage on the GPU shape / on --tiny; `build` writes the random-init model
 GPU_BUDGETS = {"build": 90, "startup": 150, "vllm_sync": 60, "rollout": 90, "update": 90,
                "param_change": 15, "save": 60, "vllm_resync": 30, "reload": 60}
@@ -75,8 +93,9 @@ class PreflightConfig:
         "help": "Folder: preflight.json, the model, worker logs."})
     tiny: bool = field(default=False, metadata={
         "help": "CPU mode (tiny model, 2 gloo processes): for CI."})
-    shape: str = field(default="qwen3-32b-4l", metadata={
-        "help": f"Random-init Qwen3 shape (GPU): {', '.join(SHAPES)}."})
+    shapes: tuple[str, ...] = field(default=(), metadata={
+        "help": f"Random-init shapes, run one after the other (default: all; GPU: "
+                f"{', '.join(SHAPES)}; --tiny: {', '.join(TINY_SHAPES)})."})
     processes: int = field(default=0, metadata={
         "help": "Processes (0: every visible GPU; 2 on CPU)."})
     lr: float | None = field(default=None, metadata={
@@ -85,8 +104,9 @@ class PreflightConfig:
     group_size: int | None = _size("group_size", "Responses per prompt")
     minibatches: int | None = _size("minibatches", "Updates per rollout step (K)")
     max_new_tokens: int | None = _size("max_new_tokens", "Response budget (tokens)")
-    budget_s: float = field(default=420.0, metadata={
-        "help": "Total seconds; each stage has its own too."})
+    budget_s: float = field(default=480.0, metadata={
+        "help": "Total seconds over all shapes (each gets what is left over the shapes still to "
+                "run); each stage has its own too."})
     budgets: dict[str, float] = field(default_factory=dict, metadata={
         "help": f"Seconds of a stage over the mode's ({', '.join(GPU_BUDGETS)})."})
 
@@ -95,6 +115,12 @@ class PreflightConfig:
         if unknown:
             raise ValueError(f"PreflightConfig.budgets: unknown stage(s) {unknown}; "
                              f"stages: {list(GPU_BUDGETS)}")
+        known = TINY_SHAPES if self.tiny else tuple(SHAPES)
+        self.shapes = tuple(self.shapes) or known
+        wrong = [s for s in self.shapes if s not in known]
+        if wrong or len(set(self.shapes)) < len(self.shapes):
+            raise ValueError(f"PreflightConfig.shapes: {list(self.shapes)} are not distinct "
+                             f"shapes of {list(known)}{' (--tiny)' if self.tiny else ''}")
 
     def resolved(self) -> PreflightConfig:
         import torch  # not at import: `repro` builds its options without torch
@@ -103,7 +129,7 @@ class PreflightConfig:
         sizes = TINY_SIZES if self.tiny else GPU_SIZES
         given = {k: v for k, v in asdict(self).items() if v is not None}
         base = TINY_BUDGETS if self.tiny else GPU_BUDGETS
-        return PreflightConfig(**(sizes | given | ({"shape": "tiny"} if self.tiny else {}) | {
+        return PreflightConfig(**(sizes | given | {
             "processes": world, "budgets": base | self.budgets,
             "lr": self.lr if self.lr is not None else preset()["lr"]}))
 

@@ -36,6 +36,11 @@ def failures(report: dict[str, Any], lr: float, stale_factor: float,
         if not change["elements_changed_frac"] > CHANGED_FRAC:
             bad.append(f"param_change: {change['elements_changed_frac']:.1%} of the master "
                        f"weights moved at lr {lr:g} (want > {CHANGED_FRAC:.0%})")
+    save = stages.get("save", {})
+    owners = min(report["processes"], save.get("files", 0))  # file i: process i mod world
+    if save.get("status") == "ok" and save.get("writers", 0) != owners:
+        bad.append(f"save: {save.get('writers', 0):g} processes wrote the {save.get('files')} "
+                   f"policy files, want {owners} (each writes the files it owns)")
     reload = stages.get("reload", {})
     if reload.get("status") == "ok" and reload["tensors_differ"]:
         bad.append(f"reload: {len(reload['tensors_differ'])} of {reload['tensors']} tensors "

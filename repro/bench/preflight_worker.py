@@ -7,8 +7,9 @@ log-probs of fixed sequences against the trainer's as loaded (under sleep mode: 
 sync), which is the kernels' own noise; then the masters perturbed, vLLM's gap before and after
 TRL's sync; the masters restored and synced back), `rollout` (one generation batch, vLLM or HF
 generate), `update` (the K updates with the optimizer at the preset's lr), `param_change` (share
-of master elements moved), `save` (the gathered state dict written as a policy folder, with a
-sha256 per tensor and the trainer's log-probs of the fixed sequences), `vllm_resync` (the trained
+of master elements moved), `save` (the policy folder written file by file by the processes
+owning the files, as the TRL engine checkpoints, with a sha256 per tensor and the trainer's
+log-probs of the fixed sequences), `vllm_resync` (the trained
 weights through TRL's sync, vLLM's log-probs against the trainer's).
 `reload` (one fresh process): the saved folder loaded with plain transformers, its tensors'
 sha256 and its logits compared with what `save` wrote.
@@ -101,18 +102,47 @@ def digests(state: dict[str, torch.Tensor]) -> dict[str, str]:
                                  .tobytes()).hexdigest() for name, t in sorted(state.items())}
 
 
-def flops_per_update(model_cfg, rows: torch.Tensor) -> float:
+def sharded_digests(model: torch.nn.Module, main: bool) -> dict[str, str]:
+    """`digests` of an FSDP2 model's state (its module names), one tensor gathered at a time
+    (collective: every process calls it; the main process gets the digests)."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    sums = {}
+    for name, tensor in sorted(get_model_state_dict(model).items()):
+        full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+        if main:
+            sums |= digests({name: full})
+        del full
+    return sums
+
+
+def flops_per_update(model: torch.nn.Module, rows: torch.Tensor) -> float:
     """Model FLOPs of forward + backward over the rows' real tokens (MFU, not HFU: no
     checkpointing recompute, no pre-pass): 6 N T + 6 L (heads x head_dim) sum_i s_i^2, with N the
-    matmul parameters (decoder layers and LM head, not the embedding lookup), T the tokens and s_i
-    each row's length; the second term is causal attention (QK^T and AV, half the square)."""
-    h, layers = model_cfg.hidden_size, model_cfg.num_hidden_layers
-    d_attn = model_cfg.num_attention_heads * model_cfg.head_dim
-    kv = model_cfg.num_key_value_heads * model_cfg.head_dim
-    per_layer = h * (2 * d_attn + 2 * kv) + 3 * h * model_cfg.intermediate_size
-    n_matmul = layers * per_layer + h * model_cfg.vocab_size
+    matmul parameters a token meets (`matmul_params`), T the tokens, s_i each row's length and L
+    the softmax-attention layers (causal QK^T and AV, half the square); Qwen3-Next's Gated
+    DeltaNet layers are linear in s, their state updates not counted."""
+    cfg = model.config
+    d_attn = cfg.num_attention_heads * cfg.head_dim
+    types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
+    layers = types.count("full_attention")
     lengths = rows.float()
-    return float(6 * n_matmul * lengths.sum() + 6 * layers * d_attn * (lengths ** 2).sum())
+    return float(6 * matmul_params(model) * lengths.sum()
+                 + 6 * layers * d_attn * (lengths ** 2).sum())
+
+
+def matmul_params(model: torch.nn.Module) -> float:
+    """Weights of the matrix products one token goes through: every matrix of the decoder layers
+    (routed experts at num_experts_per_tok / num_experts: a token meets k of them) and the LM
+    head; not the embedding lookup, norms or Qwen3-Next's depthwise conv. A sharded (FSDP2)
+    parameter counts whole (DTensor numel is the global one)."""
+    cfg = model.config
+    routed = cfg.num_experts_per_tok / cfg.num_experts if getattr(cfg, "num_experts", 0) else 1
+    total = float(model.get_output_embeddings().weight.numel())  # the head, tied or not
+    for name, param in model.named_parameters():
+        if param.dim() >= 2 and ".layers." in name and "conv1d" not in name:
+            total += param.numel() * (routed if ".mlp.experts." in name else 1)
+    return total
 
 
 def train(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
@@ -180,7 +210,7 @@ def train(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
             trainer.accelerator.backward(trainer._compute_loss(policy, micro))
         s.optimizer.step()
         s.optimizer.zero_grad(set_to_none=True)
-    flops = _sum(flops_per_update(policy.config, torch.cat(rows)), device)
+    flops = _sum(flops_per_update(policy, torch.cat(rows)), device)
     processed = _sum(float(torch.cat(rows).sum()), device)
     progress.done("update", updates=cfg.minibatches, model_flops=flops, tokens=processed,
                   lr=cfg.lr)
@@ -197,18 +227,18 @@ def train(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
                   sharded=all(hasattr(p, "to_local") for p in masters),
                   distributed_type=str(trainer.accelerator.distributed_type))
 
-    progress.start("save")
+    progress.start("save")  # as the TRL engine checkpoints: each file by its owning process
+    from repro.engines.policy_files import save_sharded_policy
+
     want = trainer_logprobs()
-    state = trainer.accelerator.get_state_dict(policy)  # collective: the full state on main
+    written = save_sharded_policy(policy, out / "saved")
+    sums = sharded_digests(policy, dist.is_main_process)
     if dist.is_main_process:
-        saved = out / "saved"
-        trainer.accelerator.unwrap_model(policy).save_pretrained(saved, state_dict=state)
-        trainer.processing_class.save_pretrained(saved)
-        torch.save({"ids": ids.cpu(), "logprobs": want, "digests": digests(state)},
-                   out / "saved_probe.pt")
-    del state
+        trainer.processing_class.save_pretrained(out / "saved")
+        torch.save({"ids": ids.cpu(), "logprobs": want, "digests": sums}, out / "saved_probe.pt")
     dist.wait_for_everyone()
-    progress.done("save")
+    progress.done("save", writers=_sum(float(bool(written)), device),
+                  files=len(list((out / "saved").glob("model-*.safetensors"))))
 
     if use_vllm:  # the trained weights through TRL's sync, as the next rollout does
         progress.start("vllm_resync")

@@ -4,9 +4,10 @@ Per step: P prompts from the compute-matched stream, G samples each (HF engine, 
 rewards from the evaluator's graders, group advantages, logp_old once per rollout batch (or the
 engine's), all at the sampling temperature (logits / T, as TRL does: the policy that sampled;
 with `behaviour_temperature` the sampler and logp_old use T_b while the loss scores at T, a
-controlled off-policy dose; with `sampler_dtype` a bf16 copy of the policy samples and gives
-logp_old, a realistic one), then `epochs` passes of K updates on minibatches of whole groups
-with `policy_loss` (AdamW, grad-norm clipping, optional k3 KL). Diagnostics come from
+controlled off-policy dose; with `sampler_dtype` a bf16 copy of the policy, with `staleness` d
+the policy of d steps earlier samples and gives logp_old, realistic ones), then `epochs` passes
+of K updates on minibatches of whole groups with `policy_loss` (AdamW, grad-norm clipping,
+optional k3 KL). Diagnostics come from
 c = -dL/dlogp of each update's own loss. One Parquet row per step; checkpoints at
 `checkpoint_every` steps and at budget fractions; with `resume=True` a killed run continues from
 its newest checkpoint and ends bit-identical on CPU.
@@ -136,7 +137,7 @@ class ScoredRollout:
 def train_step(ctx: StepContext, step: int, state: RunState) -> dict[str, Any]:
     """One rollout batch and its K updates; advances the counters in `state`, returns the row."""
     t0 = time.perf_counter()
-    scored = rollout_stage(ctx, step)
+    scored = rollout_stage(ctx, step, lagged_policy(ctx.model, state.lagged, ctx.cfg.staleness))
     t1 = time.perf_counter()
     updates = update_stage(ctx, step, scored)
     t2 = time.perf_counter()
@@ -146,16 +147,17 @@ def train_step(ctx: StepContext, step: int, state: RunState) -> dict[str, Any]:
                     scored.zero_adv_frac, updates, t1 - t0, t2 - t1, batch.grader_errors)
 
 
-def rollout_stage(ctx: StepContext, step: int) -> ScoredRollout:
+def rollout_stage(ctx: StepContext, step: int, behaviour: Any = None) -> ScoredRollout:
     """Sample and grade the step's P x G responses, then score them once (logp_old, the
-    reference, entropy) and take group advantages. Apart from the updates so that `repro bench
-    rl-step` times the two halves of the very step the loop runs."""
+    reference, entropy) and take group advantages. `behaviour`: the weights that sample and give
+    logp_old (`lagged_policy`; None = the policy itself). Apart from the updates so that `repro
+    bench rl-step` times the two halves of the very step the loop runs."""
     cfg, model, ref = ctx.cfg, ctx.model, ctx.ref
     t_behaviour = cfg.sampling_temperature()
     sampling = SamplingConfig(temperature=t_behaviour, top_p=cfg.top_p, top_k=cfg.top_k,
                               max_new_tokens=cfg.max_new_tokens, n=cfg.group_size,
                               seed=cfg.seed * 1_000_003 + step)
-    sampler = sampler_copy(model, cfg.sampler_dtype)
+    sampler = sampler_copy(model if behaviour is None else behaviour, cfg.sampler_dtype)
     engine = ctx.engine if sampler is model else HFEngine(sampler, ctx.tok,
                                                           batch_size=cfg.prompts_per_step)
     model.eval()
@@ -176,6 +178,22 @@ def rollout_stage(ctx: StepContext, step: int) -> ScoredRollout:
     adv, adv_info = group_advantages(batch.reward, batch.group,
                                      AdvantageConfig(cfg.advantage_scale))
     return ScoredRollout(batch, logp_old, ref_logp, entropy, adv, adv_info["zero_adv_frac"])
+
+
+def lagged_policy(model: Any, lagged: list[dict[str, Tensor]], staleness: int) -> Any:
+    """The behaviour policy of a stale sampler (`staleness` = d): the weights of d rollout steps
+    ago (the start's while fewer steps were run; `model` itself at d = 0 and at step 1), as an
+    asynchronous trainer samples one or two updates behind. Then records the current weights in
+    `lagged` (RunState's, so checkpoints carry the history), keeping the last d."""
+    if staleness == 0:
+        return model
+    behind = model
+    if lagged:
+        behind = copy.deepcopy(model).eval()
+        behind.load_state_dict(lagged[0])
+    lagged.append({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
+    del lagged[:-staleness]
+    return behind
 
 
 def sampler_copy(model: Any, dtype: str | None) -> Any:

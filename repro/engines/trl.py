@@ -10,8 +10,10 @@ engines train on the same prompts.
 
 Under several processes (accelerate launch + config/accelerate/fsdp2.yaml, or the CPU twin) the
 policy trains as float32 masters sharded by FSDP2 with bf16 compute (`repro.engines.fsdp`);
-checkpoints and the final policy are gathered on every process and written by the main one,
-which alone touches files; each update's metrics and the probes cover all processes.
+checkpoints and the final policy are written file by file by the process owning each file
+(`repro.engines.policy_files`, one decoder layer at a time; no process gathers the whole model),
+the optimizer shards by every process (torch.distributed.checkpoint), and the main process alone
+moves them into place; each update's metrics and the probes cover all processes.
 
 A resumed TRL run continues the step count, the counters and the log, but is not bit-identical
 to an uninterrupted one (TRL's sampler and RNG are re-created; the native engine's SIGKILL test
@@ -145,7 +147,7 @@ class RunLog(TrainerCallback):
         micro = [m for part in gather_object([self.micro]) for m in part]
         self.updates.append(merge_micro_steps(micro) | {"grad_norm": float(logs["grad_norm"])})
         self.micro = []
-        if len(self.updates) == self.cfg.minibatches:
+        if len(self.updates) == self.cfg.minibatches * self.cfg.epochs:
             self._finish_step(control)
         return control
 
@@ -180,9 +182,9 @@ def save_sharded_checkpoint(trainer, out: Path, step: int, state: RunState,
                             identity: dict[str, Any]) -> None:
     """Checkpoint of a (possibly FSDP2-sharded) trainer; every process calls it (defect 4: on
     one rank, `save_pretrained` and `optimizer.state_dict()` see only that rank's shards). The
-    model's full state dict is gathered (`accelerator.get_state_dict`) and written once; each
-    process writes its optimizer shards with torch.distributed.checkpoint into a staging folder
-    that the main process then moves into the checkpoint."""
+    policy is written file by file by the processes that own the files (`write_policy`) and
+    each process writes its optimizer shards with torch.distributed.checkpoint, both into
+    staging folders that the main process then moves into the checkpoint."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
@@ -191,15 +193,31 @@ def save_sharded_checkpoint(trainer, out: Path, step: int, state: RunState,
     if acc.is_main_process and staging.exists():
         shutil.rmtree(staging)  # a killed run's leftovers
     acc.wait_for_everyone()
-    model_state = acc.get_state_dict(trainer.model)
+    policy = write_policy(trainer, out / "checkpoints" / f".policy_{step:06d}")
     dcp.save(get_optimizer_state_dict(trainer.model, _inner(trainer.optimizer)),
              checkpoint_id=staging)
     acc.wait_for_everyone()
     if acc.is_main_process:
         save_checkpoint(out, step, acc.unwrap_model(trainer.model), trainer.processing_class,
-                        None, state, identity, model_state=model_state, optimizer_dir=staging,
+                        None, state, identity, policy_dir=policy, optimizer_dir=staging,
                         keep=trainer.repro.keep_checkpoints)
     acc.wait_for_everyone()
+
+
+def write_policy(trainer, staging: Path) -> Path | None:
+    """Every process: under several processes, the policy written into `staging` file by file
+    by the process owning each file (`repro.engines.policy_files`: no process gathers the whole
+    model); in one process None, and the caller's `save_pretrained` writes it."""
+    from repro.engines.policy_files import save_sharded_policy
+
+    acc = trainer.accelerator
+    if acc.num_processes == 1:
+        return None
+    if acc.is_main_process and staging.exists():
+        shutil.rmtree(staging)  # a killed run's leftovers
+    acc.wait_for_everyone()
+    save_sharded_policy(trainer.model, staging)
+    return staging
 
 
 def restore_optimizer(trainer, folder: Path) -> None:
@@ -283,9 +301,9 @@ def train_trl(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: 
         trainer.train()
     finally:
         rewarder.close()
-    model_state = trainer.accelerator.get_state_dict(trainer.model)  # collective
+    policy = write_policy(trainer, out / ".final_policy")  # collective
     if dist.is_main_process:
         finish_run(out, trainer.accelerator.unwrap_model(trainer.model), tok, state, identity,
-                   cfg, state_dict=model_state)
+                   cfg, policy_dir=policy)
     dist.wait_for_everyone()
     return out / "final"

@@ -47,8 +47,7 @@ def check_grpo_args(args: Any) -> None:
             continue
         if value != neutral:
             raise ValueError(f"GRPOConfig.{key}={value!r} is refused by ReproGRPOTrainer: {why}")
-    for key, want in (("num_iterations", 1), ("shuffle_dataset", False),
-                      ("lr_scheduler_type", "constant")):
+    for key, want in (("shuffle_dataset", False), ("lr_scheduler_type", "constant")):
         value = getattr(args, key)
         value = getattr(value, "value", value)  # SchedulerType enum -> str
         if value != want:
@@ -58,7 +57,9 @@ def check_grpo_args(args: Any) -> None:
 
 def build_grpo_config(cfg: TrainConfig, *, out: Path, world_size: int, steps: int,
                       half_precision: bool, use_cpu: bool) -> Any:
-    """GRPOConfig for `steps` rollout steps: K optimizer minibatches of P*G/K rows per rollout,
+    """GRPOConfig for `steps` rollout steps: `epochs` passes (TRL's num_iterations: TRL then
+    computes old_per_token_logps once per rollout, before the first update) of K optimizer
+    minibatches of P*G/K rows per rollout,
     each spread over the processes in whole groups and, with `trl_args.
     gradient_accumulation_steps` = A > 1, cut into A micro-steps per process (DFPO then runs
     its pre-pass). `half_precision`: the launcher computes in bf16/fp16 (float32 masters), so
@@ -75,8 +76,8 @@ def build_grpo_config(cfg: TrainConfig, *, out: Path, world_size: int, steps: in
         "output_dir": str(out / "trl"), "per_device_train_batch_size": local // accum,
         "gradient_accumulation_steps": accum,
         "steps_per_generation": cfg.minibatches * accum,
-        "num_generations": cfg.group_size, "num_iterations": 1,
-        "max_steps": steps * cfg.minibatches, "learning_rate": cfg.lr,
+        "num_generations": cfg.group_size, "num_iterations": cfg.epochs,
+        "max_steps": steps * cfg.minibatches * cfg.epochs, "learning_rate": cfg.lr,
         "lr_scheduler_type": "constant", "warmup_steps": 0, "weight_decay": cfg.weight_decay,
         "max_grad_norm": cfg.grad_clip or math.inf, "seed": cfg.seed, "data_seed": cfg.seed,
         "shuffle_dataset": False, "temperature": cfg.temperature, "top_p": cfg.top_p,

@@ -45,6 +45,9 @@ class ReproGRPOTrainer(DFPOTrainer):
         if steps != repro.minibatches * kwargs["args"].gradient_accumulation_steps:
             raise ValueError(f"GRPOConfig.steps_per_generation={steps} must be minibatches x "
                              "gradient_accumulation_steps (one rollout per K updates)")
+        if kwargs["args"].num_iterations != repro.epochs:
+            raise ValueError(f"GRPOConfig.num_iterations={kwargs['args'].num_iterations} must be "
+                             f"TrainConfig.epochs={repro.epochs} (passes over each rollout)")
         super().__init__(*args, objective=repro.loss_config(), **kwargs)
         if self.use_vllm:  # TRL's colocate weight sync fails on vLLM's CPU backend
             from repro.engines.vllm_sync import install_cpu_sync
@@ -62,7 +65,8 @@ class ReproGRPOTrainer(DFPOTrainer):
     @property
     def rollout_step(self) -> int:
         """1-based rollout step of the batch being trained on (the native loop's `step`)."""
-        return self.rollout_step0 + self._step // self.args.steps_per_generation + 1
+        per_rollout = self.args.steps_per_generation * self.num_iterations
+        return self.rollout_step0 + self._step // per_rollout + 1
 
     def _minibatch_order(self, n_groups: int, k: int) -> Tensor:
         return minibatch_orders(self.repro.seed, self.rollout_step, n_groups, k)[0]

@@ -18,9 +18,11 @@ def common_metrics(batch: Minibatch, weights: Tensor, clipped: Tensor, *,
     clipped: bool [B, T] of tokens whose gradient the trust region changed. clip_frac is
     token-weighted for every algorithm (verl's convention, also for GSPO). w_shift: DFPO's
     mean |w~/w - 1| (NaN for objectives without an intra-group transform). w_dev: mean |s - 1|
-    over the sequences (mean reading), how far the update is off-policy. The spread of s is
-    reported under both readings whatever the objective uses, so a run shows how far apart
-    the readings are in its own regime.
+    over the sequences (mean reading), how far the update is off-policy; log_ratio_mean: the
+    mean over the sequences of GSPO's log s_i = mean_t (logp - logp_old), the ratio's bias
+    (each sequence counts once, whatever its length; ppo_kl is minus the token mean). The
+    spread of s is reported under both readings whatever the objective uses, so a run shows
+    how far apart the readings are in its own regime.
     """
     import torch
 
@@ -29,10 +31,12 @@ def common_metrics(batch: Minibatch, weights: Tensor, clipped: Tensor, *,
         n_tok = mask.sum().clamp_min(1)
         w = weights[mask] if weights.dim() == 2 else weights
         ppo_kl = (torch.where(mask, -batch.token_log_ratio(), 0.0)).sum() / n_tok
+        log_s = batch.seq_log_ratio("mean").detach().double()
         return {
             "s_spread": seq_ratio_spread(batch),
             "s_spread_product": seq_ratio_spread(batch, "product"),
-            "w_dev": float((batch.seq_log_ratio("mean").detach().double().exp() - 1).abs().mean()),
+            "w_dev": float((log_s.exp() - 1).abs().mean()),
+            "log_ratio_mean": float(log_s.mean()),
             "w_shift": w_shift,
             "clip_frac": float((clipped & mask).sum() / n_tok),
             "ppo_kl": float(ppo_kl),

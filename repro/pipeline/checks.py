@@ -55,12 +55,13 @@ def check_selections(config: dict) -> None:
 
 
 def check_dataclass_blocks(config: dict) -> None:
-    """`train:`, `algorithms.*.objective` and `models.*.sft` against their dataclasses' fields
+    """`train:`, `algorithms.*.objective`, `algorithms.*.train` (the off-policy source fields
+    only) and `models.*.sft` against their dataclasses' fields
     and types, now rather than when a job runs (the schema leaves them open: the dataclasses own
     them)."""
     from repro.config_fields import check_fields
     from repro.objectives import get_algorithm
-    from repro.training.config import TrainConfig
+    from repro.training.config import SOURCE_FIELDS, TrainConfig
 
     check_fields(TrainConfig, config["train"], "config train: ")
     for label, entry in config["algorithms"].items():
@@ -70,6 +71,11 @@ def check_dataclass_blocks(config: dict) -> None:
             raise ValueError(f"config algorithms.{label}.algorithm: {err}") from None
         check_fields(algorithm.config_cls, entry.get("objective", {}),
                      f"config algorithms.{label}.objective: ")
+        shared = sorted(set(entry.get("train", {})) - set(SOURCE_FIELDS))
+        if shared:
+            raise ValueError(f"config algorithms.{label}.train: {shared[0]} is shared by every "
+                             f"run (compute matching); a label may set only {list(SOURCE_FIELDS)}")
+        check_fields(TrainConfig, entry.get("train", {}), f"config algorithms.{label}.train: ")
     sft_blocks = {key: e["sft"] for key, e in config["models"].items() if e["source"] == "sft"}
     if sft_blocks:
         from repro.training.sft_config import SFTConfig

@@ -196,7 +196,7 @@ class Jobs:
 
         entry = self.config["algorithms"][wildcards.algo]
         g = int(wildcards.group_size)
-        values = self.config["train"] | self.lock_settings() | {
+        values = self.config["train"] | entry.get("train", {}) | self.lock_settings() | {
             "model": self.start_policy(wildcards.model),
             "algorithm": entry["algorithm"],
             "objective": entry.get("objective", {}),

@@ -74,6 +74,14 @@ def group_sizes(config: dict[str, Any]) -> list[int]:
     return [main, *sorted({int(g) for g in extra} - {main})]
 
 
+def source_overrides(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The distinct `algorithms.LABEL.train` blocks (off-policy sources) of the labels that run."""
+    run, abl = config["run"], config["ablations"]
+    labels = {*run["algorithms"], *abl["algorithms"], *abl["group_algorithms"]}
+    blocks = [config["algorithms"][label].get("train", {}) for label in sorted(labels)]
+    return [b for i, b in enumerate(blocks) if b and b not in blocks[:i]]
+
+
 def plan_jobs(config: dict[str, Any]) -> list[JobPlan]:
     """Plans of the GPU jobs: train when hardware.train has GPUs, evaluate when evaluation runs
     vLLM on hardware.eval's GPUs. No GPU job: an empty list."""
@@ -92,6 +100,8 @@ def plan_jobs(config: dict[str, Any]) -> list[JobPlan]:
             for g in others:  # P x G rows per step at every G: memory as main, layout checked
                 job = train | {"group_size": g, "prompts_per_step": total // g}
                 train_plan(key, model_shape(config, key), job, hw, world)
+            for source in source_overrides(config):  # a label's own K changes rows per update
+                train_plan(key, model_shape(config, key), train | source, hw, world)
             plans.append(train_plan(key, model_shape(config, key), train, hw, world))
             if others:
                 plans[-1].notes.append(f"group-size ablation G={others} checked too (same rows "

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from repro import __version__
 from repro.atomic import atomic_file
-from repro.results.schemas import ADDED_COLUMNS
+from repro.results.schemas import ADDED_COLUMNS, REDEFINED_COLUMNS
 
 
 @functools.cache
@@ -109,10 +109,24 @@ def _checked(table: pa.Table, schema: pa.Schema, path: Path) -> pa.Table:
 def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:
     """Read a result file and check it has exactly the expected columns and types (a file
     written before the schema gained its ADDED_COLUMNS gets them as NaN)."""
-    table = _with_added_columns(pq.read_table(path), schema)
+    table = _without_redefined_columns(_with_added_columns(pq.read_table(path), schema), schema)
     if not table.schema.equals(schema, check_metadata=False):
         raise ValueError(f"{path}: schema differs from {schema.metadata.get(b'schema_name')!r}:\n"
                          f"{table.schema}\n!=\n{schema}")
+    return table
+
+
+def _without_redefined_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with the columns whose meaning changed after its file's schema version
+    (REDEFINED_COLUMNS) replaced by NaN, so an old file never passes for the new quantity."""
+    meta = table.schema.metadata or {}
+    redefined = REDEFINED_COLUMNS.get((schema.metadata or {}).get(b"schema_name", b"").decode(), {})
+    version = meta.get(b"schema_version", b"")
+    for name, since in redefined.items():
+        if name in table.column_names and version.isdigit() and int(version) < since:
+            nan = pa.array([float("nan")] * table.num_rows, pa.float64())
+            table = table.set_column(table.column_names.index(name),
+                                     table.schema.field(name), nan)
     return table
 
 

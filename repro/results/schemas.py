@@ -80,6 +80,11 @@ EVAL_PROBLEMS = pa.schema(
 # Version 6 added the off-policy readings (issue 38): log_ratio_mean, the mean over response
 # tokens of logp - logp_old at the step's first update (the sampler's bias, -ppo_kl of that
 # update), and w_dev, the mean |s - 1| of the sequence ratio (mean reading), over the updates.
+# Version 7 redefined log_ratio_mean as the mean over the sequences of every update of the step
+# of GSPO's log s_i = mean_t (logp - logp_old) (each sequence once, whatever its length; the
+# updates' means averaged, all of equal size): the ratio's bias over the whole step, not the
+# first update's token mean. A file written under an earlier version reads it as NaN
+# (REDEFINED_COLUMNS), so the two quantities never mix.
 TRAIN_LOG_ADDED = ("s_spread_product", "w_shift", "shared_frac")
 TRAIN_LOG_PREAMBLE = ("preamble_kl", "phrasing_kl")
 TRAIN_LOG_ROUTER = ("aux_loss",)
@@ -103,8 +108,8 @@ TRAIN_LOG = pa.schema(
         _f("flops_cum", pa.float64()),  # 2 N per generated token + 6 N per trained token
     ]
     + [_f(name, pa.float64()) for name in TRAIN_LOG_METRICS + TRAIN_LOG_TIMING],
-    metadata={"schema_name": "train_log", "schema_version": "6"},  # 2: s_spread, 3: ADDED,
-)  # 4: TRAIN_LOG_PREAMBLE, 5: TRAIN_LOG_ROUTER, 6: TRAIN_LOG_OFFPOLICY
+    metadata={"schema_name": "train_log", "schema_version": "7"},  # 2: s_spread, 3: ADDED,
+)  # 4: TRAIN_LOG_PREAMBLE, 5: TRAIN_LOG_ROUTER, 6: TRAIN_LOG_OFFPOLICY, 7: log_ratio_mean
 
 # Aggregates (`repro aggregate`): the per-job tables concatenated, with the run's keys parsed
 # from the hive-style path (algo=/model=/group_size=/seed=/frac=) as `run_*` columns. The
@@ -127,13 +132,17 @@ _AGG_EVAL_KEYS = [
 
 AGG_TRAIN_CURVES = pa.schema(
     [*_AGG_RUN_KEYS, *TRAIN_LOG],
-    metadata={"schema_name": "agg_train_curves", "schema_version": "5"},  # 2: TRAIN_LOG_ADDED
-)  # 3: TRAIN_LOG_PREAMBLE, 4: TRAIN_LOG_ROUTER, 5: TRAIN_LOG_OFFPOLICY
+    metadata={"schema_name": "agg_train_curves", "schema_version": "6"},  # 2: TRAIN_LOG_ADDED
+)  # 3: TRAIN_LOG_PREAMBLE, 4: TRAIN_LOG_ROUTER, 5: TRAIN_LOG_OFFPOLICY, 6: log_ratio_mean (v7)
 
 # float64 columns a schema gained after files were committed under it: `read_table` reads
 # such a file with these columns as NaN ("not measured"), so old results stay readable.
 ADDED_COLUMNS = {name: TRAIN_LOG_ADDED + TRAIN_LOG_PREAMBLE + TRAIN_LOG_ROUTER + TRAIN_LOG_OFFPOLICY
                  for name in ("train_log", "agg_train_curves")}
+# float64 columns whose meaning changed: schema name -> {column: the first schema version with
+# the current meaning}. `read_table` reads the column of a file written under an earlier version
+# as NaN ("not measured"), never as the new quantity.
+REDEFINED_COLUMNS = {"train_log": {"log_ratio_mean": 7}, "agg_train_curves": {"log_ratio_mean": 6}}
 AGG_EVAL_SAMPLES = pa.schema(
     [*_AGG_EVAL_KEYS, *EVAL_SAMPLES],
     metadata={"schema_name": "agg_eval_samples", "schema_version": "1"},

@@ -42,7 +42,8 @@ OPTIMIZER_DIR = "optimizer"  # a sharded optimizer's state (torch.distributed.ch
 @dataclass
 class RunState:
     """What a checkpoint carries besides weights and optimizer: counters, probe baselines, the
-    log so far, and which budget fractions were saved at which step."""
+    log so far, which budget fractions were saved at which step, and the lagged policies a
+    stale sampler draws from."""
 
     step: int = 0
     gen_cum: int = 0
@@ -52,23 +53,30 @@ class RunState:
     preamble0: Any = None  # the start's PreambleMeasure (tasks with preambles), else None
     log: list[dict[str, Any]] = field(default_factory=list)
     fraction_steps: dict[float, int] = field(default_factory=dict)  # fraction -> step saved
+    # train.staleness = d: the policy's weights (CPU state dicts) at the start of the last d
+    # rollout steps, oldest first; the oldest samples the next rollout. Empty when d = 0.
+    lagged: list[dict[str, Any]] = field(default_factory=list)
 
 
 def save_checkpoint(
     run_dir: Path, step: int, model, tokenizer, optimizer, state: RunState,
-    identity: dict[str, Any], *, model_state: dict[str, Any] | None = None,
+    identity: dict[str, Any], *, policy_dir: Path | None = None,
     optimizer_dir: Path | None = None, keep: int = 0,
 ) -> Path:
-    """A sharded model (FSDP2) passes its full `model_state`, gathered on every process, and
-    `optimizer_dir`, where every process saved its optimizer shards (torch.distributed.
-    checkpoint); one process then writes the checkpoint, moving that folder into it."""
+    """A sharded model (FSDP2) passes `policy_dir`, the policy folder its processes wrote
+    (`repro.engines.policy_files`), and `optimizer_dir`,
+    where every process saved its optimizer shards (torch.distributed.checkpoint); one process
+    then writes the checkpoint, moving those folders into it."""
     import torch
 
     final = run_dir / "checkpoints" / f"step_{step:06d}"
 
     def write(tmp: Path) -> None:
         (tmp / IDENTITY_FILE).write_text(json.dumps(identity, sort_keys=True, default=str))
-        model.save_pretrained(tmp / "policy", state_dict=model_state)
+        if policy_dir is not None:
+            shutil.move(policy_dir, tmp / "policy")
+        else:
+            model.save_pretrained(tmp / "policy")
         tokenizer.save_pretrained(tmp / "policy")
         if optimizer_dir is not None:
             shutil.move(optimizer_dir, tmp / OPTIMIZER_DIR)

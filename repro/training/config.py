@@ -3,6 +3,8 @@
 
 Compute matching: every algorithm of an experiment gets the same file with only `algorithm` and
 `objective` changed, so P, G, K, steps, max tokens, sampling and the prompt stream are equal.
+The one exception is `SOURCE_FIELDS`: a catalogue entry may set its run label's off-policy
+source, so a study compares arms within a source (study 3, docs/preregistration-3.md).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from repro.objectives.advantages import SCALES
 from repro.training.trl_options import check_trl_args
 
 ENGINES = ("native", "trl")
+# The fields a catalogue entry may set for its run label alone (`algorithms.LABEL.train`): how
+# the rollouts become off-policy, nothing of the budget, the data or the sampling of responses.
+SOURCE_FIELDS = ("minibatches", "epochs", "sampler_dtype", "staleness", "behaviour_temperature")
 
 
 @dataclass
@@ -65,7 +70,8 @@ class TrainConfig:
         metadata={"help": "Passes over each rollout batch, each pass K minibatch updates on a "
                   "fresh permutation of the groups, logp_old fixed from before the first (TRL's "
                   "num_iterations, verl's ppo_epochs): minibatch reuse, a realistic off-policy "
-                  "source. Native engine only."},
+                  "source. engine=trl: num_iterations, whose passes repeat pass 1's minibatches "
+                  "in its order (TRL's rule)."},
     )
     sampler_dtype: str | None = field(
         default=None,
@@ -73,6 +79,15 @@ class TrainConfig:
                   "made each rollout step (a bf16 sampler next to an fp32 trainer) while the "
                   "loss scores with the policy itself: a realistic sampler/trainer mismatch, "
                   "s != 1 from the first update. null = the policy samples. Native engine only."},
+    )
+    staleness: int = field(
+        default=0,
+        metadata={"help": "d: the rollout of step t is sampled by the policy of d rollout steps "
+                  "earlier (its weights at the start of step t - d; the start's for t <= d), "
+                  "which also gives logp_old, as one-step-off (d = 1) and d = 2 asynchronous "
+                  "trainers run: a realistic off-policy source. The last d policies' weights "
+                  "are kept and checkpointed, so a resumed run continues the same history. "
+                  "0 = on-policy rollouts. Native engine only."},
     )
     max_new_tokens: int = field(default=64, metadata={"help": "Response budget per sample."})
     temperature: float = field(
@@ -174,11 +189,13 @@ class TrainConfig:
         need(self.minibatches >= 1 and self.prompts_per_step % self.minibatches == 0, "minibatches",
              f"must be >= 1 and divide prompts_per_step={self.prompts_per_step}")
         need(self.epochs >= 1, "epochs", "must be >= 1")
-        need(self.engine == "native" or self.epochs == 1, "epochs", "is a native-engine option "
-             "(ReproGRPOTrainer refuses TRL's num_iterations != 1: its layout is one pass)")
         need(self.sampler_dtype in (None, "bfloat16"), "sampler_dtype", "must be null or bfloat16")
         need(self.engine == "native" or self.sampler_dtype is None, "sampler_dtype",
-             "is a native-engine option (TRL samples with the trained policy's own weights)")
+             "is a native-engine option (TRL's HF generate samples with the trained policy's own "
+             "weights; a bf16 vLLM sampler's log-probs are not wired in as logp_old)")
+        need(self.staleness >= 0, "staleness", "must be >= 0")
+        need(self.engine == "native" or self.staleness == 0, "staleness", "is a native-engine "
+             "option (TRL's GRPOTrainer samples with the current policy's weights)")
         need(self.behaviour_logprobs in ("trainer", "engine"), "behaviour_logprobs",
              "must be 'trainer' or 'engine'")
         need(self.advantage_scale in SCALES, "advantage_scale", f"must be one of {SCALES}")

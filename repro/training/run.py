@@ -14,7 +14,12 @@ from torch import Tensor
 from repro.atomic import atomic_dir
 from repro.models.loader import checkpoint_dtype
 from repro.results import TRAIN_LOG, write_table
-from repro.results.schemas import TRAIN_LOG_ADDED, TRAIN_LOG_PREAMBLE, TRAIN_LOG_ROUTER
+from repro.results.schemas import (
+    TRAIN_LOG_ADDED,
+    TRAIN_LOG_OFFPOLICY,
+    TRAIN_LOG_PREAMBLE,
+    TRAIN_LOG_ROUTER,
+)
 from repro.tasks import task_of
 from repro.training.checkpoint import RunState, latest_checkpoint, same_run
 from repro.training.config import TrainConfig
@@ -23,8 +28,8 @@ from repro.training.probes import ProbeSet, kl_between, preamble_drift
 from repro.training.rollout import PromptStream
 
 MEAN_KEYS = ("loss", "clip_frac", "ppo_kl", "w_mean", "neg_weight_frac", "s_spread", "asym",
-             "residual_full", "freq_energy", "grad_norm", "w_dev", *TRAIN_LOG_ADDED,
-             *TRAIN_LOG_ROUTER)
+             "residual_full", "freq_energy", "grad_norm", *TRAIN_LOG_ADDED,
+             *TRAIN_LOG_ROUTER, *TRAIN_LOG_OFFPOLICY)
 
 
 def prompts_and_probes(cfg: TrainConfig, tok) -> tuple[PromptStream, ProbeSet | None]:
@@ -55,11 +60,11 @@ def open_run(cfg: TrainConfig, out: Path, label: str | None, resume: bool,
 
 
 def finish_run(out: Path, model, tok, state: RunState, identity: dict[str, Any],
-               cfg: TrainConfig, state_dict: dict[str, Any] | None = None) -> Path:
+               cfg: TrainConfig, policy_dir: Path | None = None) -> Path:
     """Log, final policy, then the manifest (last: a run folder with a manifest is complete).
-    Main process only; a sharded model passes its gathered `state_dict`."""
+    Main process only; a sharded model passes the `policy_dir` its processes wrote."""
     write_log(out, state.log, cfg)
-    final = save_final(out, model, tok, state_dict)
+    final = save_final(out, model, tok, policy_dir)
     fraction_steps = {frac_label(f): s for f, s in state.fraction_steps.items()}
     write_manifest(out / MANIFEST, identity | {"steps_done": state.step,
                                                 "fraction_steps": fraction_steps,
@@ -93,7 +98,6 @@ def step_row(cfg: TrainConfig, state: RunState, n_params: int, has_ref: bool,
         "entropy": entropy,
         "w_min": min(u["w_min"] for u in updates), "w_max": max(u["w_max"] for u in updates),
         "zero_adv_frac": zero_adv_frac, "lr": cfg.lr,
-        "log_ratio_mean": -updates[0]["ppo_kl"],  # the first update: the sampler's bias
         "grader_errors": float(grader_errors),
         "time_rollout": time_rollout, "time_update": time_update,
     } | {k: nanmean([u[k] for u in updates]) for k in MEAN_KEYS}
@@ -137,8 +141,16 @@ def write_log(out: Path, rows: list[dict[str, Any]], cfg: TrainConfig) -> None:
         write_table(rows, TRAIN_LOG, out / "train_log.parquet", config=cfg.to_dict())
 
 
-def save_final(out: Path, model, tok, state_dict: dict[str, Any] | None = None) -> Path:
+def save_final(out: Path, model, tok, policy_dir: Path | None = None) -> Path:
+    """`out/final`: the model's save_pretrained, or the folder `policy_dir` moved there."""
+    def write(tmp: Path) -> None:
+        if policy_dir is not None:
+            tmp.rmdir()
+            shutil.move(policy_dir, tmp)
+        else:
+            model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+
     final = out / "final"
-    atomic_dir(final, lambda tmp: (model.save_pretrained(tmp, state_dict=state_dict),
-                                   tok.save_pretrained(tmp)))
+    atomic_dir(final, write)
     return final

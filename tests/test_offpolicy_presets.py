@@ -1,0 +1,103 @@
+"""Study 3's presets against its pre-registration (docs/preregistration-3.md) and its predictions
+file: independent starts that follow the default's stage-1 recipe, one train block per source
+shared by every arm of that source, every arm a prediction names run under every source's
+label, and pilot units that no confirmatory run uses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from repro.pipeline.jobs import Jobs
+from repro.plan import load_config
+from repro.reporting.verdict_spec import START, load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = load_spec(ROOT / "repro" / "reporting" / "predictions" / "preregistration-3.yaml")
+
+
+def resolved(preset: str) -> dict:
+    return load_config(ROOT / "config" / "config.yaml", [ROOT / "config" / "presets" / preset])
+
+
+@pytest.fixture(scope="module")
+def study() -> dict:
+    return resolved("offpolicy-study.yaml")
+
+
+@pytest.fixture(scope="module")
+def pilot() -> dict:
+    return resolved("offpolicy-pilot.yaml")
+
+
+def stage1_seeds(config: dict, model: str) -> tuple[int, int]:
+    """(SFT seed, model seed) of the stage-1 model that a run model's chain starts from."""
+    entry = config["models"][model]
+    while entry.get("base"):
+        entry = config["models"][entry["base"]]
+    sft = entry["sft"]
+    return sft.get("seed", 0), sft.get("model", {}).get("seed", 0)
+
+
+def test_the_starts_are_the_default_stage1_recipe_with_their_own_seeds(study):
+    default = resolved("mechanism-study.yaml")
+    recipe = default["models"]["tiny-base"]["sft"]
+    stage2 = default["models"]["tiny-preamble-0"]["sft"]
+    seeds = []
+    for model in study["run"]["models"]:
+        stage1 = study["models"][study["models"][model]["base"]]
+        assert study["models"][model]["sft"] == stage2, model
+        sft = {k: v for k, v in stage1["sft"].items() if k not in ("seed", "model")}
+        assert sft == {k: v for k, v in recipe.items() if k not in ("seed", "model")}, model
+        seeds.append(stage1_seeds(study, model))
+    assert len(seeds) == 3 and len(set(seeds)) == 3 and all(s == m for s, m in seeds)
+
+
+def labels_of(config: dict) -> list[str]:
+    return config["run"]["algorithms"] + config["ablations"]["algorithms"]
+
+
+@pytest.mark.parametrize("preset", ["offpolicy-study.yaml", "offpolicy-pilot.yaml"])
+def test_every_arm_of_a_source_shares_that_sources_train_block(preset):
+    config = resolved(preset)
+    blocks: dict[str, list[dict]] = {}
+    for label in labels_of(config):
+        arm, _, source = label.rpartition("-")
+        assert arm and source in {s.name for s in SPEC.subsets}, label
+        blocks.setdefault(source, []).append(config["algorithms"][label].get("train", {}))
+    for source, found in blocks.items():
+        assert found[0] and all(b == found[0] for b in found), source
+    assert len({tuple(sorted(b[0].items())) for b in blocks.values()}) == len(blocks)
+
+
+def test_the_pilot_measures_the_studys_sources(study, pilot):
+    def block(config: dict, source: str) -> dict:
+        return next(config["algorithms"][label]["train"] for label in labels_of(config)
+                    if label.endswith(f"-{source}"))
+
+    for subset in SPEC.subsets:
+        assert block(pilot, subset.name) == block(study, subset.name), subset.name
+
+
+def test_every_arm_the_predictions_name_runs_under_every_source(study):
+    jobs = Jobs(study)
+    jobs.check()
+    runs = {(r["algo"], r["model"], r["seed"]) for r in jobs.run_keys()}
+    for row in (*SPEC.gates, *SPEC.predictions):
+        for arm in (row.A, row.B):
+            if arm in (None, START):
+                continue
+            for subset in SPEC.subsets:
+                label = subset.label.format(arm=arm)
+                units = {(m, s) for a, m, s in runs if a == label}
+                assert len(units) >= 3, (row.id, label)  # every start at RL seed 0 at least
+                assert {m for m, _ in units} == set(study["run"]["models"]), (row.id, label)
+
+
+def test_the_pilot_units_are_not_confirmatory_units(study, pilot):
+    pilot_starts = {stage1_seeds(pilot, m) for m in pilot["run"]["models"]}
+    study_starts = {stage1_seeds(study, m) for m in study["run"]["models"]}
+    assert not pilot_starts & study_starts
+    study_seeds = set(study["run"]["seeds"]) | set(study["ablations"]["seeds"])
+    assert not set(pilot["run"]["seeds"]) & study_seeds
