@@ -24,7 +24,7 @@ NAME = "synth-throwaway"
 @pytest.mark.slow  # 4 interpreters and 3 test files in the copy: ~2 minutes on 2 cores
 def test_a_spec_yaml_is_all_a_new_benchmark_needs(tmp_path):
     copy = tmp_path / "copy"
-    for name in ("repro", "tests"):
+    for name in ("repro", "tests", "config"):  # config: repro.bench.options reads a preset
         shutil.copytree(ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(ROOT / "pyproject.toml", copy / "pyproject.toml")
     specs = copy / "repro" / "benchmarks" / "specs"
