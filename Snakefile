@@ -47,6 +47,8 @@ onstart:
 localrules:
     all,
     run_config,
+    eval_config,
+    init_eval_config,
     aggregate,
     tables,
     figures,

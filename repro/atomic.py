@@ -74,3 +74,11 @@ def atomic_dir(path: Path, write: Callable[[Path], object]) -> None:
         if failed is None:
             raise
         raise failed from exc
+
+
+def write_yaml(path: Path, data: dict) -> None:
+    """Atomic YAML write, keys sorted (the resolved run and evaluation configs)."""
+    import yaml
+
+    text = yaml.safe_dump(data, sort_keys=True)
+    atomic_file(Path(path), lambda tmp: tmp.write_text(text))

@@ -19,8 +19,8 @@ from repro.bench.options import (
     PreflightConfig,
 )
 from repro.bench.sandbox import SandboxBenchConfig
-from repro.cli_fields import config_options, expanded_help, field_help
-from repro.evaluation.runner import SAMPLING_KEYS, EvalConfig
+from repro.cli_fields import config_options, expanded_help, field_help, given_options
+from repro.evaluation.config import SAMPLING_KEYS, EvalConfig
 from repro.generation.base import SamplingConfig
 from repro.theory.config import TheoryConfig
 
@@ -150,22 +150,27 @@ EVAL_EXPAND = {"sampling": (SamplingConfig, SAMPLING_KEYS)}
 
 
 @app.command("eval", epilog=expanded_help(EvalConfig, EVAL_EXPAND))
-@config_options(EvalConfig, skip=("benchmark",), expand=EVAL_EXPAND)
+@config_options(EvalConfig, skip=("benchmarks",), expand=EVAL_EXPAND)
 def eval_(
+    ctx: typer.Context,
     settings: dict[str, Any],
-    benchmark: Annotated[list[str], typer.Option(help=field_help(EvalConfig, "benchmark")
-                                                 + " Repeat for several (one model load).")],
-    split: Annotated[bool, typer.Option(
-        help="Write each benchmark to OUT/benchmark=NAME/ (required for several).")] = False,
+    benchmark: Annotated[list[str] | None, typer.Option(
+        help=field_help(EvalConfig, "benchmarks") + " Repeat the option for each.")] = None,
+    config: Annotated[Path | None, typer.Option(
+        help="YAML file of EvalConfig fields, e.g. an evaluation's resolved.yaml (which "
+             "reproduces it); options given here override its values.")] = None,
 ) -> None:
-    """Evaluate a model on a benchmark: k samples per problem, graded, written as Parquet.
-    Every benchmark and data set is loaded and checked before the model is."""
+    """Evaluate a model on benchmarks: k samples per problem, graded, written as Parquet, with
+    the resolved config as OUT/resolved.yaml. Every benchmark and data set is loaded and checked
+    before the model is."""
     from repro.benchmarks import DatasetUnavailable
-    from repro.evaluation.runner import run_eval_suite
+    from repro.evaluation.config import load_eval_config
+    from repro.evaluation.runner import run_eval
     from repro.sandbox import SandboxUnavailable
 
+    given = given_options(ctx, settings) | ({"benchmarks": benchmark} if benchmark else {})
     try:
-        run_eval_suite(EvalConfig(benchmark=benchmark[0], **settings), benchmark, split)
+        run_eval(load_eval_config(config, given))
     except (DatasetUnavailable, SandboxUnavailable, ValueError) as err:
         typer.echo(f"repro eval: {err}", err=True)
         raise typer.Exit(2) from None
@@ -174,8 +179,8 @@ def eval_(
 @data_app.command("pin")
 def data_pin(
     benchmark: Annotated[list[str], typer.Option(
-        help="Benchmarks whose files to fetch and pin (aime25, hmmt25, livecodebench, lcb-train, "
-             "openr1-math); repeat for several.")],
+        help="Benchmarks whose files to fetch and pin (any spec of repro/benchmarks/specs with "
+             "hub files, e.g. aime25, livecodebench); repeat for several.")],
     data_dir: Annotated[Path, typer.Option(
         help="Mirror folder (hub layout, DATA_DIR/<dataset id>/...); missing files are "
              "downloaded into it.")],

@@ -88,6 +88,18 @@ def config_options(
     return decorate
 
 
+def given_options(ctx: typer.Context, settings: dict[str, Any]) -> dict[str, Any]:
+    """The `settings` the command line gave (not a default): what overrides a `--config` file.
+    An expanded field (no option of its own) holds only the keys given, so counts when not
+    empty."""
+    given = {}
+    for name, value in settings.items():
+        source = ctx.get_parameter_source(name)  # click's ParameterSource (typer vendors click)
+        if value if source is None else source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            given[name] = value
+    return given
+
+
 def expanded_help(cls: type, expand: dict[str, tuple[type, Sequence[str]]]) -> str:
     """An epilog naming each expanded field, its help, and the options that fill it."""
     helps = {f.name: f.metadata["help"] for f in dataclasses.fields(cls)}

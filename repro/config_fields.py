@@ -13,6 +13,7 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 
@@ -65,6 +66,8 @@ def _matches(hint: Any, value: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is str:
         return isinstance(value, str)
+    if hint is Path:  # YAML and KEY=VALUE spell a path as a string
+        return isinstance(value, (str, Path))
     if origin is typing.Literal:
         return value in args
     if dataclasses.is_dataclass(hint):

@@ -6,8 +6,9 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from repro.atomic import write_yaml
 from repro.pipeline.checks import at_parse_time, check_selections, refuse, schema_refusal
-from repro.pipeline.jobs import Jobs, write_yaml
+from repro.pipeline.jobs import EVAL_THREADS, Jobs
 from repro.pipeline.layout import FIGURES, MODEL_DIR, PAPER_REFERENCE, RUN, TABLES, THEORY_DIR
 from repro.pipeline.sources import job_digests
 from repro.plan import plan_jobs

@@ -23,7 +23,7 @@ from repro.bench.options import (
 from repro.bench.sandbox import SandboxBenchConfig
 from repro.cli import app
 from repro.cli_fields import CONFIG_ATTR, config_options
-from repro.evaluation.runner import EvalConfig
+from repro.evaluation.config import EvalConfig
 from repro.reporting.study import Study
 from repro.theory.config import TheoryConfig
 
@@ -88,13 +88,28 @@ def test_theory_options_reach_the_config(monkeypatch, tmp_path):
 
 
 def test_eval_options_reach_the_config_and_sampling(monkeypatch, tmp_path):
-    calls = captured(monkeypatch, "repro.evaluation.runner", "run_eval_suite")
+    calls = captured(monkeypatch, "repro.evaluation.runner", "run_eval")
     invoke("eval", "--model", "m", "--benchmark", "synth-aime", "--benchmark", "synth-hmmt",
            "--split", "--out", str(tmp_path), "--top-k", "5", "--temperature", "0.6",
            "--unsafe-no-sandbox", "--batch-size", "3")
-    want = EvalConfig(model="m", benchmark="synth-aime", out=tmp_path, batch_size=3,
-                      sampling={"top_k": 5, "temperature": 0.6}, unsafe_no_sandbox=True)
-    assert calls == [(want, ["synth-aime", "synth-hmmt"], True)]
+    want = EvalConfig(model="m", benchmarks=["synth-aime", "synth-hmmt"], split=True,
+                      out=tmp_path, batch_size=3, sampling={"top_k": 5, "temperature": 0.6},
+                      unsafe_no_sandbox=True)
+    assert calls == [(want,)]
+
+
+def test_eval_options_given_beside_config_override_its_values(monkeypatch, tmp_path):
+    """`repro eval --config FILE` takes the file's values; an option given on the command line
+    wins, even one spelling its default (--engine auto over the file's hf); a sampling option
+    joins the file's sampling key by key."""
+    calls = captured(monkeypatch, "repro.evaluation.runner", "run_eval")
+    path = tmp_path / "resolved.yaml"
+    path.write_text(f"model: m\nbenchmarks: [synth-aime]\nout: {tmp_path}\nengine: hf\nk: 3\n"
+                    "sampling: {max_new_tokens: 9, top_k: 4}\n")
+    invoke("eval", "--config", str(path), "--engine", "auto", "--top-k", "5")
+    want = EvalConfig(model="m", benchmarks=["synth-aime"], out=tmp_path, engine="auto", k=3,
+                      sampling={"max_new_tokens": 9, "top_k": 5})
+    assert calls == [(want,)]
 
 
 def test_aggregate_tuple_options_split_on_commas(monkeypatch, tmp_path):

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from repro.config_fields import field_defaults
-from repro.evaluation.runner import EvalConfig
+from repro.evaluation.config import EvalConfig
 from repro.plan.hardware import EvalLayout, Hardware, TrainLayout
 from repro.reporting.study import Study
 from repro.theory.config import TheoryConfig

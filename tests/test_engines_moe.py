@@ -15,7 +15,7 @@ from repro.engines.registry import train
 from repro.models import TinyModelConfig, build_tiny, load
 from repro.results import TRAIN_LOG, read_table
 from repro.training import rollout
-from repro.training.config import TrainConfig
+from repro.training.config import ENGINES, TrainConfig
 from repro.training.logprobs import response_logprobs_and_aux
 from repro.training.router import router_aux_coef
 
@@ -55,7 +55,7 @@ def router_weights(folder):
                       if n.endswith("mlp.gate.weight")])
 
 
-@pytest.mark.parametrize("engine", ["native", "trl"])
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("arch", list(ARCHS))
 @pytest.mark.parametrize(("algorithm", "objective"), OBJECTIVES)
 def test_rl_steps_log_the_router_loss_and_move_the_routers(algorithm, objective, arch, engine,
@@ -165,12 +165,13 @@ def test_sigkill_and_resume_equals_an_uninterrupted_run(arch, policies, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["native", "trl"])
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("arch", list(ARCHS))
 def test_export_reloads_and_evaluates(arch, engine, policies, tmp_path, hashed):
     """Each budget-fraction policy of an exported MoE run reloads as its architecture with the
     final weights (1.0) and goes through `repro eval`'s runner with the real grader."""
-    from repro.evaluation.runner import EvalConfig, run_eval
+    from repro.evaluation.config import EvalConfig
+    from repro.evaluation.runner import run_eval
     from repro.results import EVAL_PROBLEMS
     from repro.training.export import export_run
 
@@ -185,9 +186,9 @@ def test_export_reloads_and_evaluates(arch, engine, policies, tmp_path, hashed):
         assert type(policy) is type(start) and policy.dtype == torch.float32
         same = all(torch.equal(p, final[n]) for n, p in policy.named_parameters())
         assert same == (frac == "1.0")
-    paths = run_eval(EvalConfig(model=str(dest / "policy" / "frac=1.0"), benchmark="synth-rule",
+    paths = run_eval(EvalConfig(model=str(dest / "policy" / "frac=1.0"), benchmarks=["synth-rule"],
                                 out=tmp_path / "eval", k=2, limit=4, engine="hf",
-                                sampling={"max_new_tokens": 16}))
+                                sampling={"max_new_tokens": 16}))["synth-rule"]
     problems = read_table(paths["problems"], EVAL_PROBLEMS).to_pylist()
     assert len(problems) == 4 and all(r["grader_errors"] == 0 for r in problems)
 

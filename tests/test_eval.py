@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from repro.benchmarks import build_messages, get_benchmark, load_problems
 from repro.cli import app
-from repro.evaluation.runner import EvalConfig, run_eval
+from repro.evaluation.config import EvalConfig
+from repro.evaluation.runner import run_eval
 from repro.generation.base import Completion
 from repro.models import TinyModelConfig, build_tiny
 from repro.results import EVAL_PROBLEMS, EVAL_SAMPLES, read_table
@@ -39,6 +41,49 @@ def test_cli_eval_tiny_model_on_synth_aime(tiny_dir, tmp_path):
     assert row["finish_reason"] in ("stop", "length")
     assert len(row["revision_hash"]) == 64 and len(row["problem_hash"]) == 64
     assert b"provenance" in pq.read_schema(out / "samples.parquet").metadata[b"config"]
+
+
+def test_an_evaluation_reruns_from_its_resolved_yaml(tiny_dir, tmp_path):
+    """`repro eval` writes its whole config as OUT/resolved.yaml (defaults included); `repro eval
+    --config` of that file alone is the same evaluation: the same config, the same rows."""
+    first = tmp_path / "first"
+    args = ["eval", "--model", str(tiny_dir), "--benchmark", "synth-aime", "--benchmark",
+            "synth-hmmt", "--split", "--out", str(first), "--k", "2", "--limit", "2",
+            "--max-new-tokens", "8", "--engine", "hf", "--seed", "5", "--workers", "1"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    written = yaml.safe_load((first / "resolved.yaml").read_text())
+    assert written == EvalConfig(model=str(tiny_dir), benchmarks=["synth-aime", "synth-hmmt"],
+                                 split=True, out=first, k=2, limit=2, engine="hf", seed=5,
+                                 workers=1, sampling={"max_new_tokens": 8}).to_dict()
+    again = tmp_path / "again"
+    (again / "in").mkdir(parents=True)
+    moved = again / "in" / "resolved.yaml"  # a copy elsewhere: the run overwrites its own first
+    moved.write_text((first / "resolved.yaml").read_text())
+    result = CliRunner().invoke(app, ["eval", "--config", str(moved), "--out", str(again)])
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load((again / "resolved.yaml").read_text()) == written | {"out": str(again)}
+    for name in ("synth-aime", "synth-hmmt"):
+        for table, schema in (("samples", EVAL_SAMPLES), ("problems", EVAL_PROBLEMS)):
+            rows = [read_table(out / f"benchmark={name}" / f"{table}.parquet", schema)
+                    .to_pylist() for out in (first, again)]
+            assert rows[0] == rows[1] and rows[0], (name, table)
+
+
+@pytest.mark.parametrize("text,named", [
+    ("k: 0\n", "--k must be >= 1"),
+    ("benchmark: synth-aime\n", "unknown EvalConfig key(s) ['benchmark']"),
+    ("batch_size: many\n", "EvalConfig.batch_size must be int"),
+    ("- a list\n", "must be a YAML mapping"),
+])
+def test_a_bad_eval_config_file_is_one_line_naming_it(tmp_path, text, named):
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text)
+    result = CliRunner().invoke(app, ["eval", "--config", str(path), "--model", "m",
+                                      "--benchmark", "synth-aime", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and named in result.output and "Traceback" not in result.output
+    assert str(path) in result.output or "--k" in named
+    assert not (tmp_path / "o").exists()
 
 
 class ScriptedEngine:
@@ -71,7 +116,8 @@ def test_scripted_math_completions_are_graded(tiny_dir, tmp_path):
         question = demo["messages"][-2]["content"].split("\n")[0]
         answers[question] = demo["messages"][-1]["content"]
     _, tok = build_tiny(TinyModelConfig())
-    cfg = EvalConfig(model="scripted", benchmark="synth-aime", out=tmp_path, k=2, limit=4)
+    cfg = EvalConfig(model="scripted", benchmarks=["synth-aime"], out=tmp_path, k=2,
+                     limit=4)
     run_eval(cfg, engine=ScriptedEngine(tok, answers))
     table = read_table(tmp_path / "problems.parquet", EVAL_PROBLEMS).to_pylist()
     assert [r["c"] for r in table] == [1, 1, 1, 1]

@@ -9,6 +9,7 @@ import io
 import pytest
 from typer.testing import CliRunner
 
+from repro.benchmarks import benchmark_names, get_benchmark
 from repro.cli import app
 from repro.evaluation import runner
 from repro.generation.base import Completion
@@ -62,6 +63,21 @@ def test_every_sampling_option_reaches_the_engine_and_the_results(engine, tmp_pa
     row = read_table(tmp_path / "samples.parquet", EVAL_SAMPLES).to_pylist()[0]
     assert (row["top_p"], row["top_k"], row["min_p"]) == (0.9, 5, 0.05)
     assert row["grader_compat"] == "default"
+
+
+@pytest.mark.parametrize("name", [n for n in benchmark_names()
+                                  if get_benchmark(n).source == "synthetic"])
+def test_every_synthetic_benchmark_is_evaluated_end_to_end(engine, tmp_path, name):
+    """Each synthetic spec of the registry (a new one too: no list to extend) through `repro
+    eval`: prompts, its grader, both Parquet files, one row per problem."""
+    result = invoke("--benchmark", name, "--out", str(tmp_path), "--k", "1", "--limit", "2",
+                    "--workers", "1")
+    assert result.exit_code == 0, result.output
+    rows = read_table(tmp_path / "problems.parquet", EVAL_PROBLEMS).to_pylist()
+    assert [(r["benchmark"], r["n"]) for r in rows] == [(name, 1)] * 2
+    assert read_table(tmp_path / "samples.parquet", EVAL_SAMPLES).num_rows == 2
+    (sampling, keys), = engine.calls
+    assert keys == [f"{name}/{r['problem_id']}" for r in rows] and sampling.n == 1
 
 
 @pytest.mark.parametrize(("args", "message"), [

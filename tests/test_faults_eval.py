@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from repro.evaluation.cache import CACHE_FILE
-from repro.evaluation.runner import EvalConfig, run_eval
+from repro.evaluation.config import EvalConfig
+from repro.evaluation.runner import run_eval
 from repro.generation.hf import HFEngine
 from repro.models import TinyModelConfig, build_tiny, load
 from repro.results import EVAL_PROBLEMS, EVAL_SAMPLES, read_table
@@ -46,7 +47,7 @@ def tables(out):
 
 def test_killed_evaluation_resumes_without_regenerating(tiny_dir, tmp_path, capsys):
     def cfg(out):
-        return EvalConfig(model=str(tiny_dir), benchmark="synth-aime", out=out, k=2, limit=6,
+        return EvalConfig(model=str(tiny_dir), benchmarks=["synth-aime"], out=out, k=2, limit=6,
                           batch_size=2, seed=3, sampling={"max_new_tokens": 8})
 
     whole = Counting(tiny_dir)
@@ -67,7 +68,7 @@ def test_killed_evaluation_resumes_without_regenerating(tiny_dir, tmp_path, caps
 
 def test_a_torn_cache_line_or_another_model_is_not_reused(tiny_dir, tmp_path):
     def cfg(model):
-        return EvalConfig(model=str(model), benchmark="synth-aime", out=tmp_path / "e", k=2,
+        return EvalConfig(model=str(model), benchmarks=["synth-aime"], out=tmp_path / "e", k=2,
                           limit=4, batch_size=2, sampling={"max_new_tokens": 8})
 
     with pytest.raises(Killed):

@@ -12,8 +12,9 @@ from types import SimpleNamespace
 import pytest
 from snakemake.io import expand
 
+from repro.evaluation.config import EvalConfig
 from repro.pipeline.checks import at_parse_time, check_selections, schema_refusal
-from repro.pipeline.jobs import Jobs
+from repro.pipeline.jobs import EVAL_THREADS, Jobs
 from repro.pipeline.layout import FIGURES, TABLES, Layout
 from repro.plan import load_config
 
@@ -179,8 +180,6 @@ def test_the_main_comparison_preset_is_the_from_start_presets_main_grid():
     """config/presets/main-comparison.yaml runs the main runs of from-committed-start.yaml (the
     default's RL phase) and nothing else: the same resolved configs, start, evaluations and eval
     options, in another results folder. Its numbers are those runs' (docs/results.md)."""
-    from types import SimpleNamespace
-
     part = Jobs(resolved("main-comparison.yaml"))
     whole = Jobs(resolved("from-committed-start.yaml"))
     runs = part.run_keys()
@@ -189,7 +188,6 @@ def test_the_main_comparison_preset_is_the_from_start_presets_main_grid():
     for run in runs:
         wildcards = SimpleNamespace(**{k: run[k] for k in ("algo", "model", "group_size", "seed")})
         assert part.run_config(wildcards) == whole.run_config(wildcards)
-    assert part.eval_options() == whole.eval_options()
     assert part.config["experiment"] == whole.config["experiment"]
     assert part.config["report"] == whole.config["report"]
 
@@ -198,5 +196,53 @@ def test_the_main_comparison_preset_is_the_from_start_presets_main_grid():
         assert all(p.startswith(root) for p in paths), paths
         return [p.removeprefix(root) for p in paths]
 
+    for run in runs:  # the same evaluations, each in its own results folder
+        for frac in part.fractions:
+            wildcards = SimpleNamespace(frac=frac, **{k: run[k] for k in ("algo", "model",
+                                                                          "group_size", "seed")})
+            mine, theirs = part.eval_config(wildcards), whole.eval_config(wildcards)
+            assert (relative([mine.pop("out"), mine.pop("model")], part)
+                    == relative([theirs.pop("out"), theirs.pop("model")], whole))
+            assert mine == theirs
+
     assert relative(part.eval_problems(), part) == relative(whole.eval_problems(main_only=True),
                                                            whole)
+
+
+def _eval_wildcards(jobs: Jobs) -> SimpleNamespace:
+    run = jobs.run_keys()[0]
+    return SimpleNamespace(frac=jobs.final, **{k: run[k] for k in ("algo", "model", "group_size",
+                                                                  "seed")})
+
+
+def test_an_evaluations_resolved_config_is_config_eval_and_its_job():
+    """Each evaluation's EvalConfig (its resolved.yaml, what `repro eval --config` reads) holds
+    config `eval` and the job's own values; an `eval.sampling` null leaves the benchmark's own."""
+    sampling = {"temperature": 0.7, "top_p": 0.9, "top_k": 5, "min_p": 0.05,
+                "max_new_tokens": None}
+    jobs = Jobs(resolved(eval={"sampling": sampling, "k": 3, "limit": 7}))
+    wildcards = _eval_wildcards(jobs)
+    cfg = EvalConfig(**jobs.eval_config(wildcards))
+    run_dir = jobs.run_dir(vars(wildcards))
+    assert cfg.model == f"{run_dir}/policy/frac={jobs.final}"
+    assert str(cfg.out) == jobs.layout.eval_dir.format(**vars(wildcards))
+    assert (cfg.checkpoint, cfg.seed, cfg.workers) == (f"frac={jobs.final}", wildcards.seed,
+                                                       EVAL_THREADS)
+    assert cfg.benchmarks == jobs.config["eval"]["benchmarks"] and cfg.split
+    assert (cfg.k, cfg.limit, cfg.engine, cfg.batch_size) == (3, 7, "auto", 32)
+    assert cfg.sampling == {k: v for k, v in sampling.items() if v is not None}
+    start = EvalConfig(**jobs.init_eval_config(SimpleNamespace(model="tiny", seed=4)))
+    assert (start.model, start.checkpoint, start.seed) == (jobs.start_policy("tiny"), "init", 4)
+    assert str(start.out) == jobs.layout.init_dir.format(model="tiny", seed=4)
+
+
+def test_the_paper_presets_evaluations_run_vllm_at_avg_at_32_with_the_lock(tmp_path):
+    lock = tmp_path / "data.lock.yaml"
+    lock.write_text("datasets: {}\ndata_dir: null\n")
+    jobs = Jobs(resolved("paper-qwen3-32b.yaml") | {"data_lock": str(lock)})
+    cfg = jobs.eval_config(_eval_wildcards(jobs))
+    assert (cfg["engine"], cfg["k"], cfg["lock"]) == ("vllm", 32, str(lock))
+    assert cfg["benchmarks"] == ["aime25", "hmmt25", "livecodebench"]
+    assert "max_new_tokens" not in cfg["sampling"]  # each benchmark's own budget, not 64
+    assert Jobs(resolved("paper-qwen3-32b.yaml") | {"data_lock": str(tmp_path / "none")}
+                ).eval_config(_eval_wildcards(jobs))["lock"] is None

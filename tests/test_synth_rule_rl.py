@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from repro.engines.registry import train
-from repro.evaluation.runner import EvalConfig, run_eval
+from repro.evaluation.config import EvalConfig
+from repro.evaluation.runner import run_eval
 from repro.models import TinyModelConfig, build_tiny, load
 from repro.training.config import TrainConfig
 
@@ -22,8 +23,9 @@ HELD_OUT = 128  # of the 256 eval-split problems: avg@4 has a standard error of 
 
 def _held_out(model: Path, out: Path) -> dict[str, float]:
     """problem id -> avg@4 on the first HELD_OUT held-out problems, at eval seed 0."""
-    paths = run_eval(EvalConfig(model=str(model), benchmark="synth-rule", out=out, k=4,
-                                limit=HELD_OUT, seed=0, sampling={"max_new_tokens": 64}, workers=1))
+    paths = run_eval(EvalConfig(model=str(model), benchmarks=["synth-rule"], out=out, k=4,
+                                limit=HELD_OUT, seed=0, sampling={"max_new_tokens": 64},
+                                workers=1))["synth-rule"]
     table = pq.read_table(paths["problems"], columns=["problem_id", "avg"]).to_pylist()
     return {row["problem_id"]: row["avg"] for row in table}
 

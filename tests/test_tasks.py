@@ -30,7 +30,7 @@ from repro.tasks import (
 from repro.tasks.prompts import LCB_SYSTEM_MESSAGE, code_messages, math_user_message
 
 MATH = ("synth-aime", "synth-hmmt")
-ALL = (*MATH, "synth-lcb", "synth-rule", "synth-preamble")  # the last two: own demo tests
+ALL = tuple(SYNTHETIC)  # every task module: a new one is tested here with no other edit
 LCB_FIELDS = {
     "question_title", "question_content", "platform", "question_id", "contest_id", "contest_date",
     "starter_code", "difficulty", "public_test_cases", "private_test_cases", "metadata",
@@ -39,11 +39,12 @@ MAX_RESPONSE = 160
 
 
 def _text(name: str, row: dict) -> str:
-    return row["question_content"] if name == "synth-lcb" else row["problem"]
+    """The problem text in its twin's schema (LiveCodeBench's or MathArena's)."""
+    return row["question_content"] if "question_content" in row else row["problem"]
 
 
 def _id(name: str, row: dict) -> str:
-    return str(row["question_id"] if name == "synth-lcb" else row["problem_idx"])
+    return str(row["question_id"] if "question_id" in row else row["problem_idx"])
 
 
 def _all(name: str, split: str) -> list[dict]:
@@ -357,4 +358,17 @@ def test_prompts_match_the_benchmarks() -> None:
         "        \n```\n\n### Answer: (use the provided format with backticks)\n\n")
     stdin_user = code_messages("Q?", "")[1]["content"]
     assert "```python\n# YOUR CODE HERE\n```\n\n### Answer:" in stdin_user
-    assert set(SYNTHETIC) == set(ALL)
+
+
+def test_every_task_is_its_benchmark_spec_and_every_synthetic_spec_a_task() -> None:
+    """The task modules (SYNTHETIC) and the benchmark specs stay in step: each task has the spec
+    of its name, whose generator is the task's module, and each synthetic spec's generator is
+    a task module (a spec may reuse one under another name)."""
+    from repro.benchmarks import benchmark_names, get_benchmark
+
+    specs = [get_benchmark(n) for n in benchmark_names()]
+    modules = {n: m.__name__ for n, m in SYNTHETIC.items()}
+    generators = {s.name: s.generator.partition(":")[0] for s in specs if s.source == "synthetic"}
+    assert set(modules) <= set(generators) and {"synth-aime", "synth-rule"} <= set(modules)
+    assert all(generators[name] == module for name, module in modules.items())
+    assert set(generators.values()) <= set(modules.values())

@@ -90,3 +90,20 @@ def test_behaviour_temperature_is_refused_outside_the_native_engine(tiny_model):
         TrainConfig(**small(tiny_model, engine="trl", behaviour_temperature=1.2))
     with pytest.raises(ValueError, match=r"TrainConfig.behaviour_temperature must be > 0"):
         TrainConfig(**small(tiny_model, behaviour_temperature=0.0))
+
+
+def test_the_objective_is_built_once_and_handed_to_the_loss(monkeypatch):
+    """TrainConfig builds its objective's dataclass once; loss_config() returns that object (no
+    dict round trip or rebuild on the way to the engines), equal to a fresh make_config."""
+    from repro.objectives import make_config
+    from repro.training import config as config_module
+
+    built = []
+    monkeypatch.setattr(config_module, "make_config",
+                        lambda *a, **kw: built.append(a) or make_config(*a, **kw))
+    cfg = TrainConfig(model="m", algorithm="dfpo", engine="trl",
+                      objective={"transform": "orth_proj", "sequence_ratio": "product"})
+    first = cfg.loss_config()
+    assert cfg.loss_config() is first and len(built) == 1
+    assert first == make_config("dfpo", transform="orth_proj", sequence_ratio="product")
+    assert first.sequence_ratio == "product" and cfg.to_dict()["objective"] == cfg.objective

@@ -105,7 +105,8 @@ def test_the_study_preset_keeps_its_own_results_and_shares_the_sft(dry_run):
     assert "--out results/tiny-study/tables" in out
     assert ("results/tiny-study/runs/algo=grpo/model=tiny/group_size=8/seed=4/"
             "train_log.parquet") in out
-    assert "--out results/tiny-study/eval/algo=init/model=tiny/seed=4/frac=0.0" in out
+    assert ("--config results/tiny-study/eval/algo=init/model=tiny/seed=4/frac=0.0/resolved.yaml"
+            in out)
     assert "results/models/model=tiny/sft" in out and "tiny-study/models" not in out
     assert " results/aggregate/" not in out and "--out results/aggregate " not in out
     # its logs and benchmarks too, so the default's are never overwritten; SFT logs are shared
@@ -115,11 +116,17 @@ def test_the_study_preset_keeps_its_own_results_and_shares_the_sft(dry_run):
     assert "> logs/sft/model=tiny.log" in out
 
 
-def test_paper_preset_runs_real_models_with_vllm_and_avg_at_32(lock, dry_run):
+def test_every_evaluation_runs_from_its_resolved_config(dry_run):
+    """Each evaluation job reads its resolved.yaml (written by its own config job, values in
+    tests/test_pipeline_jobs.py), no option string."""
     out = dry_run("config/presets/paper-qwen3-32b.yaml")
-    assert "--model Qwen/Qwen3-32B" in out and "--engine vllm" in out and "--k 32" in out
-    assert "--benchmark aime25 --benchmark hmmt25 --benchmark livecodebench" in out
-    assert f"--lock {lock}" in out
+    planned = jobs_planned(out)
+    assert planned["eval_config"] == planned["evaluate"] >= 2, planned
+    assert planned["init_eval_config"] == planned["evaluate_init"] >= 1, planned
+    commands = [line.strip() for line in out.splitlines() if "python -m repro eval" in line]
+    assert len(commands) == planned["evaluate"] + planned["evaluate_init"]
+    assert all(c.split("python -m repro eval ")[1].split(" >")[0].startswith("--config ")
+               and c.split(" >")[0].endswith("/resolved.yaml") for c in commands), commands
 
 
 def config_lines(out: str) -> list[str]:
@@ -146,7 +153,6 @@ def test_paper_dry_run_without_a_lock_warns_and_the_real_run_refuses_before_any_
     assert "lcb-train lacks ['test.jsonl'" in warning[0] and "livecodebench lacks" in warning[0]
     assert jobs_planned(out)["train"] >= 2 and no_traceback(out), out[-3000:]
     assert "Shell command: accelerate launch " in out and "nodes=1, gres=gpu:8" in out
-    assert "--max-new-tokens" not in out  # each benchmark's own budget, not config.yaml's 64
 
     proc = snakemake("--cores", "1", *preset, cwd=wd)
     out = proc.stdout + proc.stderr
@@ -157,12 +163,9 @@ def test_paper_dry_run_without_a_lock_warns_and_the_real_run_refuses_before_any_
     assert not (wd / "logs").exists() and not (wd / "results" / "runs").exists(), out[-3000:]
 
 
-def test_every_eval_sampling_key_reaches_repro_eval(tmp_path):
+def test_an_eval_sampling_key_repro_eval_lacks_fails_at_parse_time(tmp_path):
+    """(Every key it has reaches the resolved config: tests/test_pipeline_jobs.py.)"""
     cfg = tmp_path / "sampling.yaml"
-    cfg.write_text("eval: {sampling: {temperature: 0.7, top_p: 0.9, top_k: 5, min_p: 0.05, "
-                   "max_new_tokens: 64}}\n")
-    out = ok(snakemake("-n", "-F", "-p", "--nolock", "--cores", "2", "--configfile", str(cfg)))
-    assert ("--temperature 0.7 --top-p 0.9 --top-k 5 --min-p 0.05 --max-new-tokens 64" in out), out
     cfg.write_text("eval: {sampling: {presence_penalty: 1.5}}\n")
     proc = snakemake("-n", "--nolock", "--configfile", str(cfg))
     out = proc.stdout + proc.stderr

@@ -8,10 +8,13 @@ training job reads it) only when one of that run's resolved values changed.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
-from test_workflow import SMOKE, copy_workflow, jobs_planned, ok, snakemake
+from test_workflow import FROM_START, SMOKE, START, copy_workflow, jobs_planned, ok, snakemake
 
 UNTIL = ["--until", "run_config", "--cores", "1", *SMOKE]
 SMOKE_RUNS = 7  # gspo, dfpo_min x 2 seeds at G = 4; dfpo_global; gspo and dfpo_min at G = 2
@@ -83,3 +86,39 @@ def test_editing_config_fields_replans_training(tmp_path):
     assert jobs_planned(out).get("train") == 1, out[-3000:]
     reason = train_reason(out)
     assert "Params have changed" in reason and "Missing output" not in reason, reason
+
+
+INIT = "results/eval/algo=init/model=tiny/seed=0/frac=0.0"
+
+
+@pytest.mark.slow  # one evaluation job and four Snakemake parses: ~1 minute on 2 cores
+def test_an_evaluation_job_runs_its_resolved_yaml_and_reruns_when_a_value_changes(tmp_path):
+    """The start's evaluation (from the committed RL start: no SFT) for real: its config job
+    writes resolved.yaml, `repro eval --config` runs it, and the same file run by hand
+    reproduces the rows; a changed `eval:` value rewrites it and reruns the evaluation, an
+    unchanged config nothing."""
+    import yaml
+
+    from repro.results import EVAL_PROBLEMS, read_table
+
+    wd = copy_workflow(tmp_path, extra=(START,))
+    (wd / "start.yaml").write_text(FROM_START)
+    target = [f"{INIT}/benchmark=synth-rule/problems.parquet", "--cores", "1", *SMOKE,
+              "start.yaml"]
+    ok(snakemake(*target, cwd=wd), wd)
+    resolved = yaml.safe_load((wd / INIT / "resolved.yaml").read_text())
+    assert (resolved["model"], resolved["k"], resolved["sampling"]) == (
+        START, 2, {"max_new_tokens": 24})
+    by_hand = wd / "by-hand"
+    done = subprocess.run([sys.executable, "-m", "repro", "eval", "--config",
+                           str(wd / INIT / "resolved.yaml"), "--out", str(by_hand)], cwd=wd,
+                          env=os.environ | {"PYTHONPATH": str(wd)}, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (read_table(by_hand / "benchmark=synth-rule" / "problems.parquet", EVAL_PROBLEMS)
+            .to_pylist() == read_table(wd / target[0], EVAL_PROBLEMS).to_pylist())
+
+    assert jobs_planned(ok(snakemake("-n", *target, cwd=wd), wd)) == {}
+    (wd / "change.yaml").write_text("eval: {k: 3}\n")
+    planned = jobs_planned(ok(snakemake("-n", *target, "change.yaml", cwd=wd), wd))
+    assert planned == {"init_eval_config": 1, "evaluate_init": 1}, planned

@@ -35,6 +35,7 @@ def batch_gradients(cfg: CoherenceConfig) -> torch.Tensor:
     from repro.generation.hf import HFEngine  # transformers: not at `repro` CLI import
     from repro.models import load
     from repro.training.logprobs import response_logprobs
+    from repro.training.minibatches import step_seed
     from repro.training.rollout import PromptStream, Rewarder, rollout
 
     model, tok = load(cfg.model)
@@ -48,7 +49,7 @@ def batch_gradients(cfg: CoherenceConfig) -> torch.Tensor:
         for i in range(1, cfg.batches + 1):
             sampling = SamplingConfig(temperature=cfg.temperature, top_p=1.0, top_k=0,
                                       max_new_tokens=cfg.max_new_tokens, n=cfg.group_size,
-                                      seed=cfg.seed * 1_000_003 + i)
+                                      seed=step_seed(cfg.seed, i))
             model.eval()
             batch = rollout(engine, stream.at(1 if cfg.same_prompts else i), stream.specs,
                             rewarder, sampling, want_engine_logp=False)

@@ -34,6 +34,7 @@ from repro.progress import progress
 from repro.training.checkpoint import RunState, load_trainer_state, save_checkpoint
 from repro.training.config import TrainConfig
 from repro.training.logprobs import response_logprobs, response_logprobs_and_aux
+from repro.training.minibatches import minibatch_orders
 from repro.training.probes import ProbeSet
 from repro.training.rollout import PromptStream, Rewarder, RolloutBatch, rollout
 from repro.training.router import router_aux_coef
@@ -207,10 +208,10 @@ def minibatch_rows(cfg: TrainConfig, step: int, batch: RolloutBatch) -> list[tup
     """The epochs x K minibatches of a step: (row mask, width) each, whole groups in a seeded
     order; each pass draws the next permutation from the step's generator (pass 1's is the
     single-pass order)."""
-    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
     out = []
-    for _ in range(cfg.epochs):
-        for groups in torch.randperm(cfg.prompts_per_step, generator=gen).view(cfg.minibatches, -1):
+    for order in minibatch_orders(cfg.seed, step, cfg.prompts_per_step, cfg.minibatches,
+                                  passes=cfg.epochs):
+        for groups in order:
             rows = torch.isin(batch.group, groups)
             out.append((rows, int(batch.attention_mask[rows].sum(-1).max())))
     return out

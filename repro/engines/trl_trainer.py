@@ -4,7 +4,7 @@ holds the whole-group layout, the DFPO pre-pass, the loss and the diagnostics) w
 - rewards from the project's graders (a reward function around `Rewarder`, stashed here),
 - advantages from `group_advantages` (TRL hard-codes std + 1e-4),
 - the K optimizer minibatches of a rollout permuted by (seed, step) exactly as the native loop
-  does (`minibatch_order`) instead of torch's global generator,
+  does (`repro.training.minibatches`) instead of torch's global generator,
 - every parameter decays (the native AdamW), and the records of the run log (`sink`).
 Private method overridden here besides DFPOTrainer's (tests/test_engine_trl.py's signature
 snapshot): `_calculate_rewards`.
@@ -22,18 +22,13 @@ from repro.engines.trl_args import check_grpo_args
 from repro.engines.trl_dfpo import DFPOTrainer, split_by_groups
 from repro.objectives import AdvantageConfig, group_advantages
 from repro.training.config import TrainConfig
-
-
-def minibatch_order(seed: int, step: int, n_groups: int, k: int) -> Tensor:
-    """[K, n_groups/K] group indices of each update: the native loop's permutation."""
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    return torch.randperm(n_groups, generator=gen).view(k, -1)
+from repro.training.minibatches import minibatch_orders
 
 
 def split_whole_groups(batch: dict[str, Any], k: int, seed: int, step: int) -> list[dict]:
     """The local rollout batch -> K minibatches of whole groups in the native loop's order."""
     n_groups = torch.unique_consecutive(batch["group"].cpu()).numel()
-    return split_by_groups(batch, minibatch_order(seed, step, n_groups, k))
+    return split_by_groups(batch, minibatch_orders(seed, step, n_groups, k)[0])
 
 
 class ReproGRPOTrainer(DFPOTrainer):
@@ -74,7 +69,7 @@ class ReproGRPOTrainer(DFPOTrainer):
         return self.rollout_step0 + self._step // per_rollout + 1
 
     def _minibatch_order(self, n_groups: int, k: int) -> Tensor:
-        return minibatch_order(self.repro.seed, self.rollout_step, n_groups, k)
+        return minibatch_orders(self.repro.seed, self.rollout_step, n_groups, k)[0]
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         self._rewards = super()._calculate_rewards(inputs, prompts, completions,

@@ -17,6 +17,8 @@ from repro.pipeline.checks import check_dataclass_blocks, missing_pins_message
 from repro.pipeline.layout import MODEL_DIR, PAPER_REFERENCE, RUN, THEORY_DIR, Layout
 from repro.training.export import frac_label  # the trainer's spelling of policy/frac=F
 
+EVAL_THREADS = 1  # an evaluation job's threads: its torch threads and its grading workers
+
 
 class Jobs:
     """Run keys, targets and per-job options of one config (as Snakemake resolved it)."""
@@ -228,23 +230,38 @@ class Jobs:
             settings["data_dir"] = str(self.lock["data_dir"])
         return settings
 
-    def eval_options(self) -> str:
-        """The `repro eval` options every evaluation shares."""
+    def eval_config(self, wildcards: Any) -> dict:
+        """The resolved EvalConfig of one checkpoint's evaluation (its resolved.yaml)."""
+        keys = vars(wildcards)
+        return self._eval_config(model=self.layout.policy_dir.format(**keys),
+                                 out=self.layout.eval_dir.format(**keys),
+                                 checkpoint=f"frac={wildcards.frac}", seed=int(wildcards.seed))
+
+    def init_eval_config(self, wildcards: Any) -> dict:
+        """The resolved EvalConfig of the start's evaluation at one run seed (same sampling
+        seed as that seed's runs: paired draws)."""
+        return self._eval_config(model=self.start_policy(wildcards.model),
+                                 out=self.layout.init_dir.format(**vars(wildcards)),
+                                 checkpoint="init", seed=int(wildcards.seed))
+
+    def _eval_config(self, **job: Any) -> dict:
+        """Config `eval` (what every evaluation shares) and one job's values, as an EvalConfig
+        with every field, defaults included, so a changed dataclass default reruns the
+        evaluations, like a config value."""
+        from repro.evaluation.config import EvalConfig
+
         e = self.config["eval"]
-        opts = [f"--benchmark {b}" for b in e["benchmarks"]]
-        opts += [f"--engine {e['engine']}", f"--batch-size {e['batch_size']}", "--split"]
-        if e["k"] is not None:
-            opts.append(f"--k {e['k']}")
-        if e["limit"] is not None:
-            opts.append(f"--limit {e['limit']}")
-        if e["data_dir"] is not None:
-            opts.append(f"--data-dir {e['data_dir']}")
-        if self.lock is not None:
-            opts.append(f"--lock {self.config['data_lock']}")
-        for key, value in e["sampling"].items():  # the schema admits only `repro eval` options
-            if value is not None:  # null: each benchmark's own (a preset undoing the default's)
-                opts.append(f"--{key.replace('_', '-')} {value}")
-        return " ".join(opts)
+        try:
+            return EvalConfig(
+                benchmarks=list(e["benchmarks"]), split=True, k=e["k"], limit=e["limit"],
+                data_dir=e["data_dir"],
+                lock=None if self.lock is None else self.config["data_lock"],
+                engine=e["engine"], batch_size=e["batch_size"], workers=EVAL_THREADS,
+                # null: each benchmark's own (a preset undoing the default's override)
+                sampling={k: v for k, v in e["sampling"].items() if v is not None}, **job,
+            ).to_dict()
+        except ValueError as err:
+            raise ValueError(f"config: eval of {job['out']}: {err}") from None
 
     def study_options(self) -> str:
         """`repro aggregate` study settings: stored in the aggregate so tables need nothing
@@ -264,12 +281,3 @@ class Jobs:
             f"--final-frac {self.final}",
         ])
 
-
-def write_yaml(path: str, data: dict) -> None:
-    """Atomic YAML write (the resolved run configs)."""
-    import yaml
-
-    from repro.atomic import atomic_file
-
-    text = yaml.safe_dump(data, sort_keys=True)
-    atomic_file(Path(path), lambda tmp: tmp.write_text(text))

@@ -41,6 +41,11 @@ class Layout:
         return f"{self.out}/scratch/{RUN}"
 
     @property
+    def policy_dir(self) -> str:
+        """One budget fraction's exported policy (the train job's output)."""
+        return f"{self.run_dir}/policy/frac={{frac}}"
+
+    @property
     def eval_dir(self) -> str:
         return f"{self.out}/eval/{RUN}/frac={{frac}}"
 

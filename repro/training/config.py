@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from repro.config_fields import check_fields, field_defaults
-from repro.objectives import algorithm_names, get_algorithm, make_config
+from repro.objectives import LossConfig, algorithm_names, get_algorithm, make_config
 from repro.objectives.advantages import SCALES
 from repro.training.trl_options import check_trl_args
 
@@ -174,8 +174,8 @@ class TrainConfig:
 
         check_scalar_types(self)
         need(bool(self.model), "model", "must name an SFT checkpoint or model")
-        try:
-            make_config(self.algorithm, **self.objective)
+        try:  # built once, here: the engines hand this very object to the loss
+            self._loss = make_config(self.algorithm, **self.objective)
         except ValueError as err:
             raise ValueError(f"TrainConfig.algorithm/objective: {err}") from None
         from repro.benchmarks import benchmark_names
@@ -240,8 +240,10 @@ class TrainConfig:
         t_b = self.behaviour_temperature
         return self.temperature if t_b is None else t_b
 
-    def loss_config(self) -> Any:
-        return make_config(self.algorithm, **self.objective)
+    def loss_config(self) -> LossConfig:
+        """The objective as its config dataclass (`algorithm` with the `objective` overrides),
+        built once with this config; `objective` stays the overrides, as the YAML spells them."""
+        return self._loss
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

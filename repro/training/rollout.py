@@ -20,7 +20,7 @@ from repro.benchmarks.problem import Problem
 from repro.generation.base import SamplingConfig
 from repro.generation.hf import HFEngine
 from repro.graders.base import GRADER_FAILURES
-from repro.tasks import synthetic_rows, synthetic_size
+from repro.tasks import synthetic_rows, synthetic_size, task_of
 
 POOL_MAX = 4096  # synthetic training problems per task (their train splits hold 300 to 15,000)
 
@@ -32,8 +32,9 @@ def training_pool(name: str, *, data_dir: Path | None = None,
     loader as evaluation, offline mirror and LCB pins included."""
     spec = get_benchmark(name)
     if spec.source == "synthetic":
-        n = min(POOL_MAX, synthetic_size(name, "train"))
-        rows = synthetic_rows(name, "train", n, seed=0)  # the same pool for every run seed
+        task = task_of(spec.generator)
+        n = min(POOL_MAX, synthetic_size(task, "train"))
+        rows = synthetic_rows(task, "train", n, seed=0)  # the same pool for every run seed
         return [row_to_problem(spec, r, allow_pickle=True) for r in rows]
     pins = {"sha256_pins": sha256_pins} if spec.source == "lcb_jsonl" else {}
     problems, _ = load_problems(spec, data_dir=data_dir, **pins)

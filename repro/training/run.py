@@ -20,6 +20,7 @@ from repro.results.schemas import (
     TRAIN_LOG_PREAMBLE,
     TRAIN_LOG_ROUTER,
 )
+from repro.tasks import task_of
 from repro.training.checkpoint import RunState, latest_checkpoint, same_run
 from repro.training.config import TrainConfig
 from repro.training.export import MANIFEST, frac_label, write_manifest
@@ -37,7 +38,8 @@ def prompts_and_probes(cfg: TrainConfig, tok) -> tuple[PromptStream, ProbeSet | 
     stream = PromptStream(cfg.tasks, cfg.seed, cfg.prompts_per_step,
                           data_dir=Path(cfg.data_dir) if cfg.data_dir else None,
                           sha256_pins=cfg.sha256_pins or None)
-    synthetic = [n for n in stream.names if stream.specs[n].source == "synthetic"]
+    synthetic = [task_of(stream.specs[n].generator) for n in stream.names
+                 if stream.specs[n].source == "synthetic"]
     return stream, ProbeSet(tok, synthetic, cfg.probe_n) if synthetic else None
 
 
