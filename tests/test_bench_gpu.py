@@ -205,10 +205,10 @@ def test_the_planner_refuses_a_preflight_that_would_not_fit(shape, tmp_path):
     from transformers import AutoConfig
 
     from repro.bench.gpu import predicted, train_config
-    from repro.bench.options import SHAPES, PreflightConfig
+    from repro.bench.options import PreflightConfig, gpu_shape
     from repro.plan import PlanRefusal
 
-    fields = dict(SHAPES[shape])
+    fields = gpu_shape(shape)
     AutoConfig.for_model(fields.pop("model_type"), **fields).save_pretrained(tmp_path)
     fits = PreflightConfig(out=tmp_path, processes=1, lr=1e-6).resolved()
     for use_vllm in (False, True):
@@ -226,12 +226,12 @@ def test_the_gpu_shapes_are_both_paper_architectures_at_their_widths():
     import yaml
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from repro.bench.options import NEXT_PRESET, SHAPES, PreflightConfig
+    from repro.bench.options import NEXT_PRESET, PreflightConfig, gpu_shape
 
     assert PreflightConfig().shapes == ("qwen3-32b-4l", "qwen3-next-80b-2l")
     assert PreflightConfig(tiny=True).shapes == ("tiny", "tiny-next")
     paper = yaml.safe_load(NEXT_PRESET.read_text())["models"]["qwen3-next-80b"]["config"]
-    fields = dict(SHAPES["qwen3-next-80b-2l"])
+    fields = gpu_shape("qwen3-next-80b-2l")
     for key in ("hidden_size", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
                 "linear_num_value_heads", "head_dim", "vocab_size"):
         assert fields[key] == paper[key], key

@@ -2,7 +2,7 @@
 
 What it runs: the paper preset's training stack on random-init models of both paper
 architectures in turn, dense Qwen3 and Qwen3-Next (hybrid Gated DeltaNet / gated attention,
-512 experts), at the paper models' widths with few layers (`options.SHAPES`; no network), so one
+512 experts), at the paper models' widths with few layers (`options.gpu_shape`; no network), so one
 call on the first GPU lent covers both; each under torchrun on every visible GPU (on CPU,
 `--tiny`: the twin's tiny models of both architectures on 2 gloo processes with the twin's
 launcher environment), in stages (repro/bench/preflight_worker.py): FSDP2 with the precision
@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from repro.bench.options import SHAPES, PreflightConfig, preset
+from repro.bench.options import PreflightConfig, gpu_shape, preset
 from repro.bench.twin import launcher_env, tiny_bf16_model, torchrun_cmd
 
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12}  # dense, per GPU
@@ -93,8 +93,8 @@ def predicted(cfg: PreflightConfig, model: Path, train: dict[str, Any]) -> dict[
 
 def build_model(cfg: PreflightConfig, shape: str, path: Path) -> Path:
     """Random-init model saved in bf16 (as the paper's checkpoints are): the twin's tiny one of
-    that architecture, or a real width from SHAPES (dense Qwen3 or Qwen3-Next, transformers' own
-    classes) with the project's tokenizer."""
+    that architecture, or a real width from `gpu_shape` (dense Qwen3 or Qwen3-Next,
+    transformers' own classes) with the project's tokenizer."""
     if cfg.tiny:  # vLLM's CPU attention takes head_dim 32, not 8
         return tiny_bf16_model(path, head_dim=32, model=shape)
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -102,7 +102,7 @@ def build_model(cfg: PreflightConfig, shape: str, path: Path) -> Path:
     from repro.models.tokenizer import build_tokenizer
 
     tok = build_tokenizer(model_max_length=4096)
-    fields = dict(SHAPES[shape])
+    fields = gpu_shape(shape)
     config = AutoConfig.for_model(fields.pop("model_type"), max_position_embeddings=4096,
                                   pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                                   bos_token_id=None, dtype="bfloat16", **fields)

@@ -58,13 +58,19 @@ def _next_80b_width() -> dict[str, Any]:
 
 # The paper models' widths with few layers, so a step fits one H200 and the budget: dense
 # Qwen3-32B (its config.json) and Qwen3-Next-80B-A3B (hybrid DeltaNet / attention, 512 experts).
-SHAPES: dict[str, dict[str, Any]] = {
-    "qwen3-32b-4l": {"model_type": "qwen3", "hidden_size": 5120, "num_hidden_layers": 4,
-                     "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
-                     "intermediate_size": 25600, "vocab_size": 151936,
-                     "tie_word_embeddings": False},
-    "qwen3-next-80b-2l": _next_80b_width(),
-}
+# The Next fields are read from its preset when asked for (`gpu_shape`), not at import: the CLI
+# must start without the repository's config/ folder.
+QWEN3_32B_4L = {"model_type": "qwen3", "hidden_size": 5120, "num_hidden_layers": 4,
+                "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+                "intermediate_size": 25600, "vocab_size": 151936, "tie_word_embeddings": False}
+SHAPES = ("qwen3-32b-4l", "qwen3-next-80b-2l")
+
+
+def gpu_shape(name: str) -> dict[str, Any]:
+    """The config.json fields of GPU shape `name` (one of SHAPES)."""
+    return dict(QWEN3_32B_4L) if name == "qwen3-32b-4l" else _next_80b_width()
+
+
 # --tiny: the twin's random-init tiny models of the same two architectures (repro.bench.twin)
 TINY_SHAPES = ("tiny", "tiny-next")
 # seconds per stage on the GPU shape / on --tiny; `build` writes the random-init model
@@ -115,7 +121,7 @@ class PreflightConfig:
         if unknown:
             raise ValueError(f"PreflightConfig.budgets: unknown stage(s) {unknown}; "
                              f"stages: {list(GPU_BUDGETS)}")
-        known = TINY_SHAPES if self.tiny else tuple(SHAPES)
+        known = TINY_SHAPES if self.tiny else SHAPES
         self.shapes = tuple(self.shapes) or known
         wrong = [s for s in self.shapes if s not in known]
         if wrong or len(set(self.shapes)) < len(self.shapes):
