@@ -21,6 +21,7 @@ from repro.objectives import AdvantageConfig, Minibatch, group_advantages, polic
 from repro.results import TRAIN_LOG, read_table
 from repro.training import rollout
 from repro.training.config import TrainConfig
+from repro.training.minibatches import minibatch_orders
 
 EPOCHS = 2
 
@@ -42,23 +43,24 @@ def native_loss(trainer, tok, part, logp_old):
 def test_reuse_gives_the_native_loss_on_every_update(algorithm, objective, tmp_path):
     trainer, tok = make_trainer(tmp_path, algorithm, objective, epochs=EPOCHS)
     assert trainer.num_iterations == EPOCHS
-    parts = trainer._buffered_inputs
-    old = {}  # the rollout policy's log-probs, by the native engine's path, before any update
-    for part in parts:
-        key = tuple(part["group"].tolist())
-        old[key] = native_logprobs(trainer, part, 1.0).detach()
-        mask = part["completion_mask"].bool()
-        assert part["old_per_token_logps"] is not None  # TRL scored them once, up front
-        assert float((part["old_per_token_logps"] - old[key]).abs()[mask].max()) < 2e-5
+    rollout = trainer._rollout
+    # the rollout policy's log-probs, by the native engine's path, before any update, by row
+    old = native_logprobs(trainer, rollout, 1.0).detach()
+    mask = rollout["completion_mask"].bool()
+    assert rollout["old_per_token_logps"] is not None  # TRL scored them once, up front
+    assert float((rollout["old_per_token_logps"] - old).abs()[mask].max()) < 2e-5
+    n_groups = torch.unique_consecutive(rollout["group"]).numel()
+    native = minibatch_orders(trainer.repro.seed, 1, n_groups, K, EPOCHS)
     opt = torch.optim.SGD(trainer.model.parameters(), lr=0.5)
     drift = []
     for step in range(EPOCHS * K):
         trainer._step = step
-        part = parts[0] if step == 0 else trainer._prepare_inputs(None)  # no new rollout
-        key = tuple(part["group"].tolist())
-        assert key in old
+        part = trainer._buffered_inputs[0] if step == 0 else trainer._prepare_inputs(None)
+        groups = torch.unique_consecutive(part["group"])
+        assert groups.tolist() == sorted(native[step // K][step % K].tolist())  # native order
+        rows = torch.isin(rollout["group"], groups)
         mine = trainer._compute_loss(trainer.model, part)
-        ref, metrics = native_loss(trainer, tok, part, old[key])
+        ref, metrics = native_loss(trainer, tok, part, old[rows])
         assert abs(float(mine.detach() - ref.detach())) < 1e-5, (step, float(mine), float(ref))
         drift.append(metrics["w_dev"])
         opt.zero_grad()

@@ -152,6 +152,8 @@ class DFPOTrainer(GRPOTrainer):
         super().__init__(model, reward_funcs, args, *more, **kwargs)
         self.loss_cfg = objective
         self._micro: list[dict[str, Any]] | None = None
+        self._rollout: dict[str, Any] = {}  # the rollout batch its passes split
+        self._orders: list[Tensor] = []  # its minibatch order per pass
         self.diagnostics = True  # the GPU check times the loss with and without them
         self._vocab = len(self.processing_class)
         self._types = max(self._vocab, self.model.config.get_text_config().vocab_size)
@@ -163,10 +165,11 @@ class DFPOTrainer(GRPOTrainer):
     def _group_size(self) -> int:
         return self.num_generations if self.model.training else self.num_generations_eval
 
-    def _minibatch_order(self, n_groups: int, k: int) -> Tensor:
-        """[K, n_groups/K] local group indices of each optimizer step of a rollout: a random
-        permutation from torch's generator, as TRL's row shuffle draws its own."""
-        return torch.randperm(n_groups).view(k, -1)
+    def _minibatch_orders(self, n_groups: int, k: int, passes: int) -> list[Tensor]:
+        """Per pass over a rollout (`num_iterations`), [K, n_groups/K] local group indices of
+        each optimizer step: random permutations from torch's generator, as TRL's row shuffle
+        draws its own (TRL shuffles once per rollout; a pass of whole groups draws its own)."""
+        return [torch.randperm(n_groups).view(k, -1) for _ in range(passes)]
 
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
@@ -180,9 +183,9 @@ class DFPOTrainer(GRPOTrainer):
         return out
 
     def _prepare_inputs(self, generation_batch):
-        """TRL's version with two changes. (1) Whole groups, permuted by `_minibatch_order`,
-        replace TRL's per-row shuffle, so each of the K optimizer steps of a rollout holds whole
-        groups (on each process). (2) With gradient accumulation (A micro-steps per update), a
+        """TRL's version with two changes. (1) Whole groups, permuted by `_minibatch_orders`
+        (one order per pass over the rollout), replace TRL's per-row shuffle, so each of the K
+        optimizer steps of a rollout holds whole groups (on each process). (2) With gradient accumulation (A micro-steps per update), a
         minibatch is cut into A row chunks that may split groups; at its first micro-step a
         no-grad pre-pass computes the objective's group weights over the whole local minibatch
         under the current policy (`sequence_weights`), and every micro-step carries the
@@ -193,11 +196,15 @@ class DFPOTrainer(GRPOTrainer):
             return self._generate_and_score_completions(generation_batch)
         accum, per_rollout = self.args.gradient_accumulation_steps, self.args.steps_per_generation
         micro = self._step % per_rollout
-        if self._step % (per_rollout * self.num_iterations) == 0 or self._buffered_inputs is None:
-            batch = self._generate_and_score_completions(generation_batch)
-            n_groups = torch.unique_consecutive(batch["group"].cpu()).numel()
-            order = self._minibatch_order(n_groups, per_rollout // accum)
-            self._buffered_inputs = split_by_groups(batch, order)
+        rollout = self._step % (per_rollout * self.num_iterations) == 0
+        if rollout or self._buffered_inputs is None:
+            self._rollout = self._generate_and_score_completions(generation_batch)
+            n_groups = torch.unique_consecutive(self._rollout["group"].cpu()).numel()
+            self._orders = self._minibatch_orders(n_groups, per_rollout // accum,
+                                                  self.num_iterations)
+        if micro == 0 or self._buffered_inputs is None:  # a pass starts: its own order
+            this_pass = self._step // per_rollout % self.num_iterations
+            self._buffered_inputs = split_by_groups(self._rollout, self._orders[this_pass])
         if micro % accum == 0 or self._micro is None:
             self._micro = self._micro_steps(self._buffered_inputs[micro // accum], accum)
         return self._micro[micro % accum]

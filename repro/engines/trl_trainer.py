@@ -68,8 +68,8 @@ class ReproGRPOTrainer(DFPOTrainer):
         per_rollout = self.args.steps_per_generation * self.num_iterations
         return self.rollout_step0 + self._step // per_rollout + 1
 
-    def _minibatch_order(self, n_groups: int, k: int) -> Tensor:
-        return minibatch_orders(self.repro.seed, self.rollout_step, n_groups, k)[0]
+    def _minibatch_orders(self, n_groups: int, k: int, passes: int) -> list[Tensor]:
+        return minibatch_orders(self.repro.seed, self.rollout_step, n_groups, k, passes)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         self._rewards = super()._calculate_rewards(inputs, prompts, completions,
