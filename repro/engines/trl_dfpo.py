@@ -185,12 +185,12 @@ class DFPOTrainer(GRPOTrainer):
     def _prepare_inputs(self, generation_batch):
         """TRL's version with two changes. (1) Whole groups, permuted by `_minibatch_orders`
         (one order per pass over the rollout), replace TRL's per-row shuffle, so each of the K
-        optimizer steps of a rollout holds whole groups (on each process). (2) With gradient accumulation (A micro-steps per update), a
-        minibatch is cut into A row chunks that may split groups; at its first micro-step a
-        no-grad pre-pass computes the objective's group weights over the whole local minibatch
-        under the current policy (`sequence_weights`), and every micro-step carries the
-        minibatch's global token and sequence counts, so the summed micro-step gradients equal
-        the whole minibatch's. Each micro-step also carries `micro` = (index, A): the
+        optimizer steps of a rollout holds whole groups (on each process). (2) With gradient
+        accumulation (A micro-steps per update), a minibatch is cut into A row chunks that may
+        split groups; at its first micro-step a no-grad pre-pass computes the objective's group
+        weights over the whole local minibatch under the current policy (`sequence_weights`),
+        and every micro-step carries the minibatch's global token and sequence counts, so the
+        summed micro-step gradients equal the whole minibatch's. Each micro-step also carries `micro` = (index, A): the
         diagnostics are computed over the whole update at its last micro-step."""
         if not self.model.training:
             return self._generate_and_score_completions(generation_batch)
