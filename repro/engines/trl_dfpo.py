@@ -190,8 +190,9 @@ class DFPOTrainer(GRPOTrainer):
         split groups; at its first micro-step a no-grad pre-pass computes the objective's group
         weights over the whole local minibatch under the current policy (`sequence_weights`),
         and every micro-step carries the minibatch's global token and sequence counts, so the
-        summed micro-step gradients equal the whole minibatch's. Each micro-step also carries `micro` = (index, A): the
-        diagnostics are computed over the whole update at its last micro-step."""
+        summed micro-step gradients equal the whole minibatch's. Each micro-step also carries
+        `micro` = (index, A): the diagnostics are computed over the whole update at its last
+        micro-step."""
         if not self.model.training:
             return self._generate_and_score_completions(generation_batch)
         accum, per_rollout = self.args.gradient_accumulation_steps, self.args.steps_per_generation
