@@ -14,7 +14,7 @@ from typing import Any
 from repro.benchmarks import get_benchmark
 from repro.benchmarks.pins import pins_for, read_lock
 from repro.pipeline.checks import check_dataclass_blocks, missing_pins_message
-from repro.pipeline.layout import MODEL_DIR, PAPER_REFERENCE, RUN, THEORY_DIR, Layout
+from repro.pipeline.layout import INIT_MODEL_DIR, MODEL_DIR, PAPER_REFERENCE, RUN, THEORY_DIR, Layout
 from repro.training.export import frac_label  # the trainer's spelling of policy/frac=F
 
 
@@ -45,7 +45,23 @@ class Jobs:
         check_dataclass_blocks(self.config)
         for model in self.config["models"]:
             self.sft_base(model)
+        for model in self.config["run"]["models"]:
+            self.init_shape(model)
         self.run_keys()
+
+    def init_shape(self, model: str) -> None:
+        """A source-init model that runs declares a `config:` the planner can count, so the
+        parameters `repro plan` prints are the ones the rule builds (an entry no run selects,
+        e.g. the other paper preset's in the rehearsal overlay, is never built)."""
+        from repro.plan import model_shape
+
+        entry = self.config["models"][model]
+        if entry["source"] != "init":
+            return
+        if "config" not in entry:
+            raise ValueError(f"config: models.{model} has source init but no 'config' (the "
+                             "config.json fields of the model to build)")
+        model_shape(self.config, model)
 
     def prompts_per_step(self, group_size: int) -> int:
         """Group-size ablation at equal compute: P x G responses per step for every G."""
@@ -138,10 +154,12 @@ class Jobs:
                 + self.layout.aggregate_files() + [f"{THEORY_DIR}/theory.parquet", PAPER_REFERENCE])
 
     def start_policy(self, model: str) -> str:
-        """Where RL starts: the pipeline's SFT folder, or the hub id / path as given."""
+        """Where RL starts: the pipeline's SFT or init folder, or the hub id / path as given."""
         entry = self.config["models"][model]
         if entry["source"] == "sft":
             return MODEL_DIR.format(model=model)
+        if entry["source"] == "init":
+            return INIT_MODEL_DIR.format(model=model)
         if "id" not in entry:
             raise ValueError(f"config: models.{model} has source hub but no 'id'")
         return entry["id"]
@@ -150,9 +168,17 @@ class Jobs:
         return self.start_policy(wildcards.model)
 
     def start_inputs(self, wildcards: Any) -> list[str]:
-        """The SFT folder as an input when the pipeline builds it; nothing for hub models."""
+        """The SFT or init folder as an input when the pipeline builds it; nothing for hub
+        models."""
         entry = self.config["models"][wildcards.model]
-        return [self.start_policy(wildcards.model)] if entry["source"] == "sft" else []
+        built = entry["source"] in ("sft", "init")
+        return [self.start_policy(wildcards.model)] if built else []
+
+    def init_config(self, wildcards: Any) -> str:
+        """A source-init model's `config:` block as the quoted JSON `repro init-model` takes
+        (a param: a changed shape rebuilds the model and reruns what starts from it)."""
+        return shlex.quote(json.dumps(self.config["models"][wildcards.model]["config"],
+                                      sort_keys=True))
 
     def sft_base(self, model: str) -> str | None:
         """The catalogue key a second-stage SFT continues from (checked: an sft entry, no
