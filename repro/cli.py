@@ -369,7 +369,7 @@ def bench_rehearse(
              "record); default ../shared/data/real beside the checkout.")] = None,
     cores: Annotated[int, typer.Option(help="snakemake --cores.")] = 2,
 ) -> None:
-    """The paper presets' own workflow at a shrunk shape on CPU (config/presets/rehearse-cpu.yaml
+    """The paper presets' own workflow at a shrunk shape on CPU (config/overlays/rehearse-cpu.yaml
     over each): data mirror and lock, every rule to the tables, `repro plan`'s parameter count
     against the built model's, bf16 exports. Exits 1 when a check fails."""
     from repro.bench.rehearse import PRESETS, REAL_DATA, run_rehearsal

@@ -4,7 +4,7 @@
 For each preset, in its own copy of the workflow (DIR/<preset>/: Snakemake locks its working
 directory, and the checkout's results/ stay untouched): the offline data mirror and its lock
 (`repro.bench.rehearse_data`), then `snakemake --configfile config/presets/<preset>.yaml
-config/presets/rehearse-cpu.yaml` to the tables and figures: every rule the preset runs (the
+config/overlays/rehearse-cpu.yaml` to the tables and figures: every rule the preset runs (the
 overlay's comments say what it replaces). Then the checks: the tables exist, `repro plan`'s
 parameter count of the shrunk shape equals the built model's `sum(p.numel())`, and the exported
 policies are in the dtype of the preset's checkpoint (bf16). DIR/rehearse.json holds the wall
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ("Snakefile", "rules", "config", "profiles", "envs", "scripts", "repro",
             "pyproject.toml")
 PRESETS = ("paper-qwen3-next-80b", "paper-qwen3-32b")
-OVERLAY = "config/presets/rehearse-cpu.yaml"
+OVERLAY = "config/overlays/rehearse-cpu.yaml"
 DATA = "rehearsal-data"
 REAL_DATA = ROOT.parent / "shared" / "data" / "real"
 

@@ -6,8 +6,10 @@ data pin` writes for it, as a user on an offline cluster does (docs/gpu.md, "Rea
   given (../shared/data/real: aime25.jsonl, hmmt25.jsonl), in MathArena's parquet schema.
 - livecodebench/code_generation_lite: shard 1 holds the one real record
   (lcb_codeforces_1873A.jsonl, 2023-08-21: lcb-train's release_v5 window, pickled private
-  tests), shard 6 the synth-lcb rows (LCB's row schema, contest dates in the v6 window: the
-  evaluation's), shards 2-5 empty.
+  tests) and synth-lcb train rows dated into that window (short prompts: the real statement is
+  ~2k tokens of the character tokenizer, which made it most of a step's compute when it was
+  lcb-train's only row), shard 6 synth-lcb eval rows (LCB's row schema, contest dates in the v6
+  window: the evaluation's), shards 2-5 empty.
 - open-r1/OpenR1-Math-220k: synth-aime rows in OpenR1's columns (uuid, problem, answer,
   problem_type, source), since no real row of it is stored here.
 """
@@ -28,6 +30,8 @@ BENCHMARKS = ("aime25", "hmmt25", "livecodebench", "lcb-train", "openr1-math")
 PARQUET = "data/train-00000-of-00001.parquet"
 LCB_RECORD = "lcb_codeforces_1873A.jsonl"
 LCB_EVAL_ROWS = 8  # synth-lcb rows in shard 6
+LCB_TRAIN_ROWS = 7  # synth-lcb rows beside the real record in shard 1
+LCB_TRAIN_DATE = "2024-06-01T00:00:00"  # inside lcb-train's window (2023-05-01..2025-01-31)
 OPENR1_ROWS = 64
 README = ("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: "
           "data/train-*\n---\n# Rehearsal mirror of {dataset} (repro/bench/rehearse_data.py)\n")
@@ -61,7 +65,10 @@ def write_mirror(real_dir: Path, data_dir: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     for shard in spec.shards:
         (root / shard).write_bytes(b"")
-    (root / spec.shards[0]).write_bytes((real_dir / LCB_RECORD).read_bytes())
+    train = [row | {"contest_date": LCB_TRAIN_DATE} for row in
+             synth_lcb_rows("train", LCB_TRAIN_ROWS, 0)]
+    (root / spec.shards[0]).write_bytes((real_dir / LCB_RECORD).read_bytes() + "".join(
+        json.dumps(row) + "\n" for row in train).encode())
     synth = synth_lcb_rows("eval", LCB_EVAL_ROWS, 0)
     (root / spec.shards[-1]).write_text("".join(json.dumps(row) + "\n" for row in synth))
 

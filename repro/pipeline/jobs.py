@@ -13,7 +13,7 @@ from typing import Any
 
 from repro.benchmarks import get_benchmark
 from repro.benchmarks.pins import pins_for, read_lock
-from repro.pipeline.checks import check_dataclass_blocks, missing_pins_message
+from repro.pipeline.checks import check_dataclass_blocks, missing_pins_message, train_block
 from repro.pipeline.layout import INIT_MODEL_DIR, MODEL_DIR, PAPER_REFERENCE, RUN, THEORY_DIR, Layout
 from repro.training.export import frac_label  # the trainer's spelling of policy/frac=F
 
@@ -220,7 +220,7 @@ class Jobs:
 
         entry = self.config["algorithms"][wildcards.algo]
         g = int(wildcards.group_size)
-        values = self.config["train"] | entry.get("train", {}) | self.lock_settings() | {
+        values = train_block(self.config) | entry.get("train", {}) | self.lock_settings() | {
             "model": self.start_policy(wildcards.model),
             "algorithm": entry["algorithm"],
             "objective": entry.get("objective", {}),
@@ -243,7 +243,7 @@ class Jobs:
 
     def lock_settings(self) -> dict:
         """Training's view of the lock: LCB pins and the mirror, when a task reads hub files."""
-        real = [get_benchmark(n) for n in self.config["train"].get("tasks", {})]
+        real = [get_benchmark(n) for n in train_block(self.config).get("tasks", {})]
         real = [spec for spec in real if spec.source != "synthetic"]
         if self.lock is None or not real:
             return {}
