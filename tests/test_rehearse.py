@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -48,8 +47,8 @@ SHAPE_KEYS = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_atte
 ALLOWED = {"results", "data_lock", "train.prompts_per_step", "train.max_new_tokens",
            "train.steps", "train.checkpoint_every", "train.trl_args.use_vllm",
            "hardware.train.nodes", "hardware.train.gpus_per_node", "hardware.eval.gpus",
-           "run.seeds", "ablations.seeds", "ablations.group_sizes", "eval.engine", "eval.k", "eval.limit",
-           "eval.batch_size", "eval.sampling.max_new_tokens", "theory.steps"}
+           "run.seeds", "ablations.seeds", "ablations.group_sizes", "eval.engine", "eval.k",
+           "eval.limit", "eval.batch_size", "eval.sampling.max_new_tokens", "theory.steps"}
 
 
 @pytest.mark.parametrize("preset", PRESETS)
@@ -134,10 +133,10 @@ def test_the_mirror_serves_every_benchmark_the_presets_read_through_the_lock(tmp
     decoded (the lock pins its shard), synth rows for the v6 window and for OpenR1-Math."""
     from real_data import real_dir
 
+    from repro.bench.rehearse_data import BENCHMARKS, write_mirror_and_lock
     from repro.benchmarks import get_benchmark
     from repro.benchmarks.loaders import load_problems
     from repro.benchmarks.pins import pins_for, read_lock
-    from repro.bench.rehearse_data import BENCHMARKS, write_mirror_and_lock
 
     lock = read_lock(write_mirror_and_lock(real_dir(), tmp_path))
     for name in ("paper-qwen3-32b", "paper-qwen3-next-80b"):
@@ -171,3 +170,19 @@ def test_the_rehearsal_of_each_paper_preset_runs_to_its_tables(preset, tmp_path)
     result = report["presets"][preset]
     assert failures_of(result) == [] and result["train_runs"] >= 2, result
     assert {"main.md", "compute.md", "budget.md", "paper.md"} <= set(result["tables"]), result
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_the_paper_presets_train_on_their_own_prompt_sets_alone(preset):
+    """A preset's train.tasks merges over config.yaml's {synth-rule: 1.0} (mappings merge): the
+    presets drop it with null, and a mix of generated and hub sets is refused at parse time."""
+    from types import SimpleNamespace
+
+    config = config_of(f"config/presets/{preset}.yaml")
+    (model,) = config["run"]["models"]
+    run = SimpleNamespace(algo="gspo", model=model, group_size=16, seed=0)
+    assert Jobs(config).run_config(run)["tasks"] == {"openr1-math": 0.75, "lcb-train": 0.25}
+    config["train"]["tasks"]["synth-rule"] = 1.0  # the merge as it was before the null
+    with pytest.raises(ValueError, match=r"train\.tasks mixes generated sets \['synth-rule'\] "
+                       r"with hub prompt sets \['lcb-train', 'openr1-math'\]"):
+        Jobs(config).check()

@@ -14,7 +14,14 @@ from typing import Any
 from repro.benchmarks import get_benchmark
 from repro.benchmarks.pins import pins_for, read_lock
 from repro.pipeline.checks import check_dataclass_blocks, missing_pins_message, train_block
-from repro.pipeline.layout import INIT_MODEL_DIR, MODEL_DIR, PAPER_REFERENCE, RUN, THEORY_DIR, Layout
+from repro.pipeline.layout import (
+    INIT_MODEL_DIR,
+    MODEL_DIR,
+    PAPER_REFERENCE,
+    RUN,
+    THEORY_DIR,
+    Layout,
+)
 from repro.training.export import frac_label  # the trainer's spelling of policy/frac=F
 
 
