@@ -100,7 +100,7 @@ def test_repro_plan_counts_exactly_the_parameters_of_the_model_init_builds(prese
     if fields["model_type"] == "qwen3_next":  # the 80B's layout, expert routing, shared expert
         assert cfg.layer_types == ["linear_attention"] * 3 + ["full_attention"]
         assert cfg.num_experts_per_tok == 10 and cfg.num_experts == 16
-        assert cfg.shared_expert_intermediate_size == 32 and cfg.linear_key_head_dim == 128
+        assert cfg.shared_expert_intermediate_size == 32 and cfg.linear_key_head_dim == 16
 
 
 def test_init_model_refuses_in_one_line(tmp_path):
