@@ -158,13 +158,16 @@ def test_the_mirror_serves_every_benchmark_the_presets_read_through_the_lock(tmp
     assert counts["aime25"] == counts["hmmt25"] == 30 and counts["livecodebench"] >= 2, counts
 
 
+# The 80B preset's rehearsal (2 train jobs, 20 jobs in all) took 5.5 min on 2 shared cores; the
+# 32B preset's (17 train jobs: all its ablation arms, 74 jobs) is `repro bench rehearse --preset
+# paper-qwen3-32b`, past CI's budget (docs/gpu.md has both measured).
 @pytest.mark.slow
-@pytest.mark.parametrize("preset", PRESETS)
-def test_the_rehearsal_of_each_paper_preset_runs_to_its_tables(preset, tmp_path):
-    """`repro bench rehearse --preset PRESET`: the preset's workflow to its tables on CPU, the
-    planned parameter count equal to the built model's, bf16 exports."""
+def test_the_rehearsal_of_the_80b_preset_runs_to_its_tables(tmp_path):
+    """`repro bench rehearse --preset paper-qwen3-next-80b`: the preset's workflow to its tables
+    on CPU, the planned parameter count equal to the built model's, bf16 exports."""
     from real_data import real_dir
 
+    preset = "paper-qwen3-next-80b"
     report = run_rehearsal(tmp_path, (preset,), real_dir(), cores=2)
     assert report["failures"] == [], report["failures"]
     result = report["presets"][preset]
