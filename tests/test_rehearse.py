@@ -189,3 +189,19 @@ def test_the_paper_presets_train_on_their_own_prompt_sets_alone(preset):
     with pytest.raises(ValueError, match=r"train\.tasks mixes generated sets \['synth-rule'\] "
                        r"with hub prompt sets \['lcb-train', 'openr1-math'\]"):
         Jobs(config).check()
+
+
+def test_an_arm_that_needs_whole_groups_per_micro_step_is_refused_at_parse_time():
+    """dfpo_min_nosg under the 32B preset's 16 accumulation steps (one row per micro-step) failed
+    its train job after the first rollout in the rehearsal; now the parse refuses it, naming the
+    run and the key. Without accumulation (or on the native engine) it stays allowed."""
+    config = config_of("config/presets/paper-qwen3-32b.yaml")
+    Jobs(config).check_run_configs()
+    config["ablations"]["algorithms"] = ["dfpo_min_nosg"]
+    with pytest.raises(ValueError, match=r"run algo=dfpo_min_nosg/model=qwen3-32b/group_size=16"
+                       r"/seed=0: objective stop_gradient=false .*gradient_accumulation_steps"
+                       r"=16 leaves 1 row\(s\) per micro-step"):
+        Jobs(config).check_run_configs()
+    config["train"]["trl_args"]["gradient_accumulation_steps"] = 1
+    config["ablations"]["group_sizes"] = [16]
+    Jobs(config).check_run_configs()

@@ -86,6 +86,23 @@ def _registered(name: str) -> bool:
     return True
 
 
+def check_whole_groups(run: dict, world: int, name: str) -> None:
+    """DFPO without stop-gradient (its weights carry the graph through every member of a group)
+    needs each whole group inside one micro-step: the TRL engine's precomputed weights, which
+    serve gradient accumulation, carry no graph. The engine refused it only after the first
+    rollout (found by the 32B preset's rehearsal: one row per micro-step)."""
+    if run.get("engine") != "trl" or run["objective"].get("stop_gradient", True):
+        return
+    accum = int(run.get("trl_args", {}).get("gradient_accumulation_steps", 1))
+    g = run["group_size"]
+    rows = run["prompts_per_step"] * g // (run["minibatches"] * world * accum)
+    if rows % g:
+        raise ValueError(f"config: run {name}: objective stop_gradient=false needs each group of "
+                         f"{g} whole in one micro-step, but train.trl_args."
+                         f"gradient_accumulation_steps={accum} leaves {rows} row(s) per "
+                         "micro-step; lower it, or leave this label out")
+
+
 def check_dataclass_blocks(config: dict) -> None:
     """`train:`, `algorithms.*.objective`, `algorithms.*.train` (the off-policy source fields
     only) and `models.*.sft` against their dataclasses' fields

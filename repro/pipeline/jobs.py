@@ -13,7 +13,12 @@ from typing import Any
 
 from repro.benchmarks import get_benchmark
 from repro.benchmarks.pins import pins_for, read_lock
-from repro.pipeline.checks import check_dataclass_blocks, missing_pins_message, train_block
+from repro.pipeline.checks import (
+    check_dataclass_blocks,
+    check_whole_groups,
+    missing_pins_message,
+    train_block,
+)
 from repro.pipeline.layout import (
     INIT_MODEL_DIR,
     MODEL_DIR,
@@ -244,9 +249,12 @@ class Jobs:
     def check_run_configs(self) -> None:
         """Every run's TrainConfig is built once, so a value out of range (say a negative lr)
         fails at parse time naming the run, not after the SFT."""
+        hw = self.config["hardware"]["train"]
+        world = max(1, hw["nodes"] * hw["gpus_per_node"])
         for r in self.run_keys():
-            self.run_config(SimpleNamespace(**{k: r[k] for k in ("algo", "model", "group_size",
-                                                                  "seed")}))
+            cfg = self.run_config(SimpleNamespace(**{k: r[k] for k in ("algo", "model",
+                                                                        "group_size", "seed")}))
+            check_whole_groups(cfg, world, RUN.format(**r))
 
     def lock_settings(self) -> dict:
         """Training's view of the lock: LCB pins and the mirror, when a task reads hub files."""
