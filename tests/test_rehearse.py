@@ -158,9 +158,9 @@ def test_the_mirror_serves_every_benchmark_the_presets_read_through_the_lock(tmp
     assert counts["aime25"] == counts["hmmt25"] == 30 and counts["livecodebench"] >= 2, counts
 
 
-# The 80B preset's rehearsal (2 train jobs, 20 jobs in all) took 5.5 min on 2 shared cores; the
-# 32B preset's (17 train jobs: all its ablation arms, 74 jobs) is `repro bench rehearse --preset
-# paper-qwen3-32b`, past CI's budget (docs/gpu.md has both measured).
+# The 80B preset's rehearsal (2 train jobs, 20 jobs in all) took 5.7 min on 2 shared cores; the
+# 32B preset's (16 train jobs: all its ablation arms, ~70 jobs) is `repro bench rehearse
+# --preset paper-qwen3-32b`, past CI's budget (docs/gpu.md).
 @pytest.mark.slow
 def test_the_rehearsal_of_the_80b_preset_runs_to_its_tables(tmp_path):
     """`repro bench rehearse --preset paper-qwen3-next-80b`: the preset's workflow to its tables
