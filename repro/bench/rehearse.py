@@ -67,14 +67,14 @@ def check(wd: Path, preset: str) -> dict[str, Any]:
     built model's, the tables written, the exported policies' dtypes."""
     from transformers import AutoModelForCausalLM
 
+    from repro.pipeline.layout import INIT_MODEL_DIR
     from repro.plan import load_config, model_shape
 
     config = load_config(wd / "config" / "config.yaml", [wd / f for f in configfiles(preset)])
     out = wd / config["results"]
     models = {}
     for key in config["run"]["models"]:
-        model = AutoModelForCausalLM.from_pretrained(wd / "results" / "models" / f"model={key}"
-                                                     / "init")
+        model = AutoModelForCausalLM.from_pretrained(wd / INIT_MODEL_DIR.format(model=key))
         models[key] = {"planned_params": model_shape(config, key).params,
                        "built_params": sum(p.numel() for p in model.parameters()),
                        "architecture": type(model).__name__}

@@ -16,6 +16,7 @@ data pin` writes for it, as a user on an offline cluster does (docs/gpu.md, "Rea
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -44,8 +45,6 @@ MATHARENA = {  # benchmark -> (real file, answer type): AIME answers are integer
 def write_mirror(real_dir: Path, data_dir: Path) -> None:
     """Write every dataset of BENCHMARKS under `data_dir` (hub layout); `real_dir` holds the
     real files (its README says where they come from)."""
-    import json
-
     missing = [name for name in (*[f for f, _ in MATHARENA.values()], LCB_RECORD)
                if not (real_dir / name).is_file()]
     if missing:
