@@ -5,6 +5,7 @@ The CLI only parses options and dispatches; the work lives in the modules it cal
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -100,6 +101,29 @@ def sft(
     except GateMissed as err:  # the measured outcome, not a crash: one line, no model written
         typer.echo(f"repro sft: {out}: {err}", err=True)
         raise typer.Exit(1) from None
+
+
+@app.command("init-model")
+def init_model(
+    out: Annotated[Path, typer.Option(help="Model folder to write (save_pretrained + tokenizer).")],
+    config: Annotated[str, typer.Option(
+        help="The model's config.json fields as JSON, model_type included (a catalogue entry's "
+             "`config:` with source init).")],
+    seed: Annotated[int, typer.Option(help="Torch seed of the random weights.")] = 0,
+) -> None:
+    """A random model of that config (transformers' own class for its model_type) with the tiny
+    tokenizer: the start of a shrunk-shape rehearsal of a paper preset."""
+    from repro.models.from_config import build_from_config
+
+    try:
+        fields = json.loads(config)
+        if not isinstance(fields, dict):
+            raise ValueError("--config must be a JSON mapping of config.json fields")
+        params = build_from_config(fields, out, seed=seed)
+    except ValueError as err:  # json.JSONDecodeError is one
+        typer.echo(f"repro init-model: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"{out}: {fields.get('model_type')}, {params} parameters")
 
 
 def _train_epilog() -> str:
@@ -215,11 +239,11 @@ def plan(
     """Per-GPU (and per-node host) memory of every GPU job the config plans, phase by phase,
     against its GPUs: exits 1 with one line naming the key to change when a job cannot fit.
     The workflow runs the same check at parse time."""
-    from repro.plan import PlanRefusal, load_config, plan_jobs, table
+    from repro.plan import PlanRefusal, load_config, model_lines, plan_jobs, table
 
     try:
         config = load_config(base, configfile or [])
-        typer.echo(table(plan_jobs(config)))
+        typer.echo("\n".join([*model_lines(config), table(plan_jobs(config))]))
     except PlanRefusal as err:
         typer.echo(f"repro plan: {err}", err=True)
         raise typer.Exit(1) from None
@@ -334,6 +358,33 @@ def bench_twin(
         raise typer.Exit(2)
     report = run_twin(out, model)
     _close_report("repro bench twin", out / "twin.json", report)
+
+
+@bench_app.command("rehearse")
+def bench_rehearse(
+    out: Annotated[Path, typer.Option(help="Folder: rehearse.json and one workflow copy per "
+                                           "preset (its results, logs, snakemake.log).")],
+    preset: Annotated[list[str] | None, typer.Option(
+        help="Paper preset (config/presets/NAME.yaml) to rehearse; repeat for several. "
+             "Default: both.")] = None,
+    real_data: Annotated[Path | None, typer.Option(
+        help="Folder of the real benchmark files (aime25.jsonl, hmmt25.jsonl, the LCB "
+             "record); default ../shared/data/real beside the checkout.")] = None,
+    cores: Annotated[int, typer.Option(help="snakemake --cores.")] = 2,
+) -> None:
+    """The paper presets' own workflow at a shrunk shape on CPU (config/overlays/rehearse-cpu.yaml
+    over each): data mirror and lock, every rule to the tables, `repro plan`'s parameter count
+    against the built model's, bf16 exports. Exits 1 when a check fails."""
+    from repro.bench.rehearse import PRESETS, REAL_DATA, run_rehearsal
+
+    names = tuple(preset or PRESETS)
+    unknown = [n for n in names if n not in PRESETS]
+    if unknown:
+        typer.echo(f"repro bench rehearse: unknown --preset {unknown}; known: {list(PRESETS)}",
+                   err=True)
+        raise typer.Exit(2)
+    report = run_rehearsal(out, names, real_data or REAL_DATA, cores)
+    _close_report("repro bench rehearse", out / "rehearse.json", report)
 
 
 @bench_app.command("coherence")

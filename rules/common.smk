@@ -9,7 +9,8 @@ from snakemake.utils import validate
 from repro.atomic import write_yaml
 from repro.pipeline.checks import at_parse_time, check_selections, refuse, schema_refusal
 from repro.pipeline.jobs import EVAL_THREADS, Jobs
-from repro.pipeline.layout import FIGURES, MODEL_DIR, PAPER_REFERENCE, RUN, TABLES, THEORY_DIR
+from repro.pipeline.layout import (FIGURES, INIT_MODEL_DIR, MODEL_DIR, PAPER_REFERENCE, RUN,
+                                   TABLES, THEORY_DIR)
 from repro.pipeline.sources import job_digests
 from repro.plan import plan_jobs
 from repro.results.manifest import quarantine

@@ -28,6 +28,26 @@ rule sft:
         "python -m repro sft --out {output} --threads {threads} {params.overrides} > {log} 2>&1"
 
 
+rule init_model:
+    """A random model of the catalogue entry's `config:` (source init) with the tiny tokenizer:
+    a paper preset's architecture at the shrunk shape of a rehearsal."""
+    output:
+        directory(INIT_MODEL_DIR),
+    log:
+        "logs/init_model/model={model}.log",
+    params:
+        config=jobs.init_config,
+        code=CODE["init_model"],
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime="10m",
+    conda:
+        job_env
+    shell:
+        "python -m repro init-model --out {output} --config {params.config} > {log} 2>&1"
+
+
 rule run_config:
     """One run's resolved TrainConfig; the params trigger rewrites it (and so reruns its
     training) only when a value of that run changes."""

@@ -112,7 +112,8 @@ def command_imports(path: Path, function: str) -> set[str]:
 
 
 @pytest.mark.parametrize("job,module,function", [
-    ("sft", "cli", "sft"), ("train", "cli", "train"), ("eval", "cli", "eval_"),
+    ("sft", "cli", "sft"), ("init_model", "cli", "init_model"), ("train", "cli", "train"),
+    ("eval", "cli", "eval_"),
     ("theory", "cli", "theory"), ("aggregate", "reporting/commands", "aggregate_cmd"),
     ("tables", "reporting/commands", "tables_cmd"),
     ("figures", "reporting/commands", "figures_cmd"),

@@ -53,7 +53,9 @@ def meta_counts(cfg: dict) -> tuple[int, int]:
     small(declared(P80), num_experts=8, num_experts_per_tok=2, linear_num_key_heads=2,
           linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
           moe_intermediate_size=32, shared_expert_intermediate_size=48, mlp_only_layers=[0]),
-], ids=["qwen3", "qwen3-tied", "qwen3_next", "qwen3_next-dense-layer"])
+    small(declared(P32), model_type="qwen3_moe", num_experts=8, num_experts_per_tok=2,
+          moe_intermediate_size=32, decoder_sparse_step=2, mlp_only_layers=[0]),
+], ids=["qwen3", "qwen3-tied", "qwen3_next", "qwen3_next-dense-layer", "qwen3_moe"])
 def test_parameter_counts_equal_transformers_modules(cfg):
     shape = shape_of(cfg)
     assert (shape.params, shape.layer_params) == meta_counts(cfg)

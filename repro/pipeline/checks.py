@@ -54,6 +54,55 @@ def check_selections(config: dict) -> None:
     check_names(config, "report", [report["baseline"], report["proposed"]], "algorithms")
 
 
+def train_block(config: dict) -> dict:
+    """config `train:` as the runs get it: a task weighted null is left out of the mix. Presets
+    merge over config.yaml's mappings key by key, so a preset's `tasks` would keep the tiny
+    default's synth-rule beside its own sets; `{synth-rule: null}` drops it (as eval.sampling's
+    null undoes config.yaml's override)."""
+    train = dict(config["train"])
+    if "tasks" in train:
+        train["tasks"] = {name: w for name, w in train["tasks"].items() if w is not None}
+    return train
+
+
+def check_task_mix(train: dict) -> None:
+    """Hub prompt sets mixed with the project's generated ones are the merge above gone wrong
+    (the paper presets trained half on synth-rule): refused, naming the sets to drop."""
+    tasks = train.get("tasks", {})
+    known = [name for name in tasks if _registered(name)]
+    generated = sorted(n for n in known if get_benchmark(n).source == "synthetic")
+    if generated and len(generated) < len(known):
+        raise ValueError(f"config train.tasks mixes generated sets {generated} with hub prompt "
+                         f"sets {sorted(set(known) - set(generated))}: a preset's tasks merge "
+                         "over config.yaml's; set the ones to leave out to null, e.g. "
+                         f"{{{generated[0]}: null}}")
+
+
+def _registered(name: str) -> bool:
+    try:
+        get_benchmark(name)
+    except ValueError:  # unknown: TrainConfig names it
+        return False
+    return True
+
+
+def check_whole_groups(run: dict, world: int, name: str) -> None:
+    """DFPO without stop-gradient (its weights carry the graph through every member of a group)
+    needs each whole group inside one micro-step: the TRL engine's precomputed weights, which
+    serve gradient accumulation, carry no graph. The engine refused it only after the first
+    rollout (found by the 32B preset's rehearsal: one row per micro-step)."""
+    if run.get("engine") != "trl" or run["objective"].get("stop_gradient", True):
+        return
+    accum = int(run.get("trl_args", {}).get("gradient_accumulation_steps", 1))
+    g = run["group_size"]
+    rows = run["prompts_per_step"] * g // (run["minibatches"] * world * accum)
+    if rows % g:
+        raise ValueError(f"config: run {name}: objective stop_gradient=false needs each group of "
+                         f"{g} whole in one micro-step, but train.trl_args."
+                         f"gradient_accumulation_steps={accum} leaves {rows} row(s) per "
+                         "micro-step; lower it, or leave this label out")
+
+
 def check_dataclass_blocks(config: dict) -> None:
     """`train:`, `algorithms.*.objective`, `algorithms.*.train` (the off-policy source fields
     only) and `models.*.sft` against their dataclasses' fields
@@ -63,7 +112,9 @@ def check_dataclass_blocks(config: dict) -> None:
     from repro.objectives import get_algorithm
     from repro.training.config import SOURCE_FIELDS, TrainConfig
 
-    check_fields(TrainConfig, config["train"], "config train: ")
+    train = train_block(config)
+    check_fields(TrainConfig, train, "config train: ")
+    check_task_mix(train)
     for label, entry in config["algorithms"].items():
         try:  # the registry is the list of algorithms (the schema keeps no copy)
             algorithm = get_algorithm(entry["algorithm"])
@@ -91,7 +142,7 @@ def check_dataclass_blocks(config: dict) -> None:
 def missing_pins_message(config: dict, lock: dict | None) -> str | None:
     """Jobs that read LiveCodeBench need its shards pinned: which are missing, and the command
     that pins them (None: nothing missing)."""
-    names = sorted(set(config["eval"]["benchmarks"]) | set(config["train"].get("tasks", {})))
+    names = sorted(set(config["eval"]["benchmarks"]) | set(train_block(config).get("tasks", {})))
     missing = missing_pins([get_benchmark(name) for name in names], lock)
     if not missing:
         return None

@@ -13,8 +13,20 @@ from typing import Any
 
 from repro.benchmarks import get_benchmark
 from repro.benchmarks.pins import pins_for, read_lock
-from repro.pipeline.checks import check_dataclass_blocks, missing_pins_message
-from repro.pipeline.layout import MODEL_DIR, PAPER_REFERENCE, RUN, THEORY_DIR, Layout
+from repro.pipeline.checks import (
+    check_dataclass_blocks,
+    check_whole_groups,
+    missing_pins_message,
+    train_block,
+)
+from repro.pipeline.layout import (
+    INIT_MODEL_DIR,
+    MODEL_DIR,
+    PAPER_REFERENCE,
+    RUN,
+    THEORY_DIR,
+    Layout,
+)
 from repro.training.export import frac_label  # the trainer's spelling of policy/frac=F
 
 EVAL_THREADS = 1  # an evaluation job's threads: its torch threads and its grading workers
@@ -47,7 +59,23 @@ class Jobs:
         check_dataclass_blocks(self.config)
         for model in self.config["models"]:
             self.sft_base(model)
+        for model in self.config["run"]["models"]:
+            self.init_shape(model)
         self.run_keys()
+
+    def init_shape(self, model: str) -> None:
+        """A source-init model that runs declares a `config:` the planner can count, so the
+        parameters `repro plan` prints are the ones the rule builds (an entry no run selects,
+        e.g. the other paper preset's in the rehearsal overlay, is never built)."""
+        from repro.plan import model_shape
+
+        entry = self.config["models"][model]
+        if entry["source"] != "init":
+            return
+        if "config" not in entry:
+            raise ValueError(f"config: models.{model} has source init but no 'config' (the "
+                             "config.json fields of the model to build)")
+        model_shape(self.config, model)
 
     def prompts_per_step(self, group_size: int) -> int:
         """Group-size ablation at equal compute: P x G responses per step for every G."""
@@ -140,10 +168,12 @@ class Jobs:
                 + self.layout.aggregate_files() + [f"{THEORY_DIR}/theory.parquet", PAPER_REFERENCE])
 
     def start_policy(self, model: str) -> str:
-        """Where RL starts: the pipeline's SFT folder, or the hub id / path as given."""
+        """Where RL starts: the pipeline's SFT or init folder, or the hub id / path as given."""
         entry = self.config["models"][model]
         if entry["source"] == "sft":
             return MODEL_DIR.format(model=model)
+        if entry["source"] == "init":
+            return INIT_MODEL_DIR.format(model=model)
         if "id" not in entry:
             raise ValueError(f"config: models.{model} has source hub but no 'id'")
         return entry["id"]
@@ -152,9 +182,17 @@ class Jobs:
         return self.start_policy(wildcards.model)
 
     def start_inputs(self, wildcards: Any) -> list[str]:
-        """The SFT folder as an input when the pipeline builds it; nothing for hub models."""
+        """The SFT or init folder as an input when the pipeline builds it; nothing for hub
+        models."""
         entry = self.config["models"][wildcards.model]
-        return [self.start_policy(wildcards.model)] if entry["source"] == "sft" else []
+        built = entry["source"] in ("sft", "init")
+        return [self.start_policy(wildcards.model)] if built else []
+
+    def init_config(self, wildcards: Any) -> str:
+        """A source-init model's `config:` block as the quoted JSON `repro init-model` takes
+        (a param: a changed shape rebuilds the model and reruns what starts from it)."""
+        return shlex.quote(json.dumps(self.config["models"][wildcards.model]["config"],
+                                      sort_keys=True))
 
     def sft_base(self, model: str) -> str | None:
         """The catalogue key a second-stage SFT continues from (checked: an sft entry, no
@@ -196,7 +234,7 @@ class Jobs:
 
         entry = self.config["algorithms"][wildcards.algo]
         g = int(wildcards.group_size)
-        values = self.config["train"] | entry.get("train", {}) | self.lock_settings() | {
+        values = train_block(self.config) | entry.get("train", {}) | self.lock_settings() | {
             "model": self.start_policy(wildcards.model),
             "algorithm": entry["algorithm"],
             "objective": entry.get("objective", {}),
@@ -213,13 +251,16 @@ class Jobs:
     def check_run_configs(self) -> None:
         """Every run's TrainConfig is built once, so a value out of range (say a negative lr)
         fails at parse time naming the run, not after the SFT."""
+        hw = self.config["hardware"]["train"]
+        world = max(1, hw["nodes"] * hw["gpus_per_node"])
         for r in self.run_keys():
-            self.run_config(SimpleNamespace(**{k: r[k] for k in ("algo", "model", "group_size",
-                                                                  "seed")}))
+            cfg = self.run_config(SimpleNamespace(**{k: r[k] for k in ("algo", "model",
+                                                                        "group_size", "seed")}))
+            check_whole_groups(cfg, world, RUN.format(**r))
 
     def lock_settings(self) -> dict:
         """Training's view of the lock: LCB pins and the mirror, when a task reads hub files."""
-        real = [get_benchmark(n) for n in self.config["train"].get("tasks", {})]
+        real = [get_benchmark(n) for n in train_block(self.config).get("tasks", {})]
         real = [spec for spec in real if spec.source != "synthetic"]
         if self.lock is None or not real:
             return {}

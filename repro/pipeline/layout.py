@@ -11,6 +11,7 @@ from pathlib import Path
 RUN = "algo={algo}/model={model}/group_size={group_size}/seed={seed}"
 INIT = "algo=init/model={model}/seed={seed}/frac=0.0"
 MODEL_DIR = "results/models/model={model}/sft"
+INIT_MODEL_DIR = "results/models/model={model}/init"  # source init: a random model of `config`
 PAPER_REFERENCE = "results/paper/reference.parquet"
 THEORY_DIR = "results/theory"
 # What `repro tables` and `repro figures` write (repro.reporting's TABLES and FIGURES, plus

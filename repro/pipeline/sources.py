@@ -29,6 +29,7 @@ PACKAGE = "repro"
 # and with it the objectives (an edit there reruns training, not the SFT start).
 ENTRY_POINTS = {
     "sft": ("repro.training.sft",),
+    "init_model": ("repro.models.from_config",),
     "train": ("repro.training.config", "repro.engines.registry"),  # registry exports too
     "eval": ("repro.evaluation.runner",),
     "aggregate": ("repro.reporting.aggregate",),

@@ -16,8 +16,8 @@ from repro.plan.hardware import Hardware
 from repro.plan.memory import JobPlan, PlanRefusal, eval_plan, train_plan
 from repro.plan.shapes import Shape, read_config, shape_of
 
-__all__ = ["Hardware", "JobPlan", "PlanRefusal", "eval_tokens", "load_config", "model_shape",
-           "plan_jobs", "table"]
+__all__ = ["Hardware", "JobPlan", "PlanRefusal", "eval_tokens", "load_config", "model_lines",
+           "model_shape", "plan_jobs", "table"]
 
 
 def load_config(base: Path, configfiles: list[Path]) -> dict[str, Any]:
@@ -112,6 +112,20 @@ def plan_jobs(config: dict[str, Any]) -> list[JobPlan]:
                                   "eval.engine vllm only; set it, or hardware.eval.gpus: 0")
             plans.append(eval_plan(key, model_shape(config, key), eval_tokens(config), hw))
     return plans
+
+
+def model_lines(config: dict[str, Any]) -> list[str]:
+    """One line per trained model whose shape the config declares: its parameter count, the
+    number every memory item scales with (printed also when no job is on a GPU, so a CPU
+    rehearsal's shape is checked against the model it builds)."""
+    lines = []
+    for key in config["run"]["models"]:
+        entry = config["models"][key]
+        if "config" in entry or entry["source"] == "init":
+            shape = model_shape(config, key)
+            lines.append(f"model {key} ({entry['config'].get('model_type')}): {shape.params:,} "
+                         f"parameters, {shape.layers} layers")
+    return lines
 
 
 def table(plans: list[JobPlan]) -> str:

@@ -1,8 +1,9 @@
 """Model shapes for the memory planner, from a Hugging Face `config.json` (read offline, or
 declared in a preset): parameter counts, activation bytes per token and KV-cache bytes per token.
 
-Two architectures, the ones the paper trains: dense Qwen3 (`qwen3`) and Qwen3-Next (`qwen3_next`:
-hybrid Gated DeltaNet / gated attention, sparse MoE). Counts follow transformers' modules
+The architectures the paper trains, dense Qwen3 (`qwen3`) and Qwen3-Next (`qwen3_next`: hybrid
+Gated DeltaNet / gated attention, sparse MoE with a shared expert), and Qwen3-MoE (`qwen3_moe`,
+the tiny-moe models' class: Qwen3 attention, routed experts). Counts follow transformers' modules
 (tests/test_plan.py checks them against models built on the meta device).
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 BF16 = 2  # bytes: the compute, vLLM and checkpoint dtype
-ARCHS = ("qwen3", "qwen3_next")
+ARCHS = ("qwen3", "qwen3_moe", "qwen3_next")
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def shape_of(cfg: dict[str, Any], where: str = "config") -> Shape:
     if arch not in ARCHS:
         raise ValueError(f"{where}.model_type is {arch!r}; the planner knows {list(ARCHS)}")
     try:
-        return _dense(cfg) if arch == "qwen3" else _next(cfg)
+        return {"qwen3": _dense, "qwen3_moe": _next, "qwen3_next": _next}[arch](cfg)
     except KeyError as err:
         raise ValueError(f"{where} lacks {err.args[0]!r}, needed by the planner") from None
 
@@ -95,17 +96,20 @@ def _dense(cfg: dict[str, Any]) -> Shape:
 
 
 def _next(cfg: dict[str, Any]) -> Shape:
+    """Qwen3-Next, or Qwen3-MoE: every layer full attention, no shared expert."""
     h, n = cfg["hidden_size"], cfg["num_hidden_layers"]
-    types = cfg.get("layer_types") or [
+    hybrid = cfg["model_type"] == "qwen3_next"
+    types = ["full_attention"] * n if not hybrid else cfg.get("layer_types") or [
         "full_attention" if (i + 1) % cfg.get("full_attention_interval", 4) == 0
         else "linear_attention" for i in range(n)]
     full, full_act, kv = _attention(cfg)
-    lin, lin_act, state = _linear_attention(cfg)
+    lin, lin_act, state = _linear_attention(cfg) if hybrid else (0, 0, 0)
     experts, k = cfg["num_experts"], cfg["num_experts_per_tok"]
     expert, expert_act = _mlp(h, cfg["moe_intermediate_size"])
-    shared, shared_act = _mlp(h, cfg["shared_expert_intermediate_size"])
+    shared, shared_act = _mlp(h, cfg["shared_expert_intermediate_size"]) if hybrid else (0, 0)
     dense, dense_act = _mlp(h, cfg["intermediate_size"])
-    moe = experts * expert + shared + h * experts + h  # experts, shared expert, router, its gate
+    # experts, shared expert, router, the shared expert's gate (Next only)
+    moe = experts * expert + shared + h * experts + (h if hybrid else 0)
     moe_act = k * expert_act + shared_act + 4 * experts  # routed tokens' MLPs, fp32 router logits
     sparse = [i not in cfg.get("mlp_only_layers", []) and (i + 1) % cfg.get(
         "decoder_sparse_step", 1) == 0 for i in range(n)]
