@@ -70,4 +70,7 @@ def main(model_dir: Path, out: Path, precision: str) -> None:
 
 
 if __name__ == "__main__":
+    from repro.engines.fsdp import close_process_group
+
     main(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])
+    close_process_group()

@@ -80,4 +80,7 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
+    from repro.engines.fsdp import close_process_group
+
     main(Path(sys.argv[1]))
+    close_process_group()

@@ -331,7 +331,10 @@ def reload(out: Path) -> None:
 
 
 if __name__ == "__main__":
+    from repro.engines.fsdp import close_process_group
+
     if sys.argv[1] == "train":
         train(Path(sys.argv[2]), Path(sys.argv[3]), json.loads(Path(sys.argv[4]).read_text()))
     else:
         reload(Path(sys.argv[2]))
+    close_process_group()

@@ -206,7 +206,10 @@ def train(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    from repro.engines.fsdp import close_process_group
+
     if sys.argv[1] == "reference":
         reference(Path(sys.argv[2]), Path(sys.argv[3]), json.loads(sys.argv[4]))
     else:
         train(sys.argv[2:])
+    close_process_group()

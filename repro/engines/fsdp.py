@@ -79,3 +79,15 @@ def recipe_policy(accelerator) -> None:
     compute = {"bf16": torch.bfloat16, "fp16": torch.float16}[accelerator.mixed_precision]
     plugin.mixed_precision_policy = MixedPrecisionPolicy(
         param_dtype=compute, reduce_dtype=torch.float32, output_dtype=torch.float32)
+
+
+def close_process_group() -> None:
+    """Destroy the default process group if this process opened one. A gloo group left open at
+    interpreter exit can abort the process from its worker threads ('terminate called without an
+    active exception', SIGABRT) after all the work succeeded: CI, 2026-12-04. Every torchrun
+    entry (`repro` itself, the twin and preflight workers, the tests' scripts) ends with this."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")  # no torch import for `repro --help`
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
