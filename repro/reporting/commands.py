@@ -20,6 +20,7 @@ def register(app: typer.Typer) -> None:
     app.command("figures")(figures_cmd)
     app.command("paper-reference")(paper_reference_cmd)
     app.command("compare")(compare_cmd)
+    app.command("fair-clip")(fair_clip_cmd)
 
 
 def _fail(command: str, err: Exception) -> typer.Exit:
@@ -136,6 +137,28 @@ def compare_cmd(
     if problems:
         typer.echo("\n".join(f"repro compare: {line}" for line in problems), err=True)
         raise typer.Exit(1)
+
+
+def fair_clip_cmd(
+    pilot: Annotated[Path, typer.Option(help="Study 3's pilot preset.", exists=True,
+                                        dir_okay=False)] = Path(
+        "config/presets/offpolicy-pilot.yaml"),
+    aggregate: Annotated[Path, typer.Option(help="The pilot's aggregate folder.")] = Path(
+        "results/offpolicy-pilot/aggregate"),
+) -> None:
+    """Study 3's pre-registered rule on its pilot: per source, the clip shares of GSPO's paper
+    clip and candidates, and the clip `gspo_fair` gets (docs/preregistration-3.md)."""
+    from repro.plan import load_config
+    from repro.reporting.fair_clip import fair_clips, markdown
+
+    try:
+        clips = fair_clips(load_config(Path("config/config.yaml"), [pilot]), aggregate)
+    except (ValueError, OSError) as err:
+        raise _fail("fair-clip", err) from None
+    typer.echo(markdown(clips))
+    for clip in clips:
+        typer.echo(f"{clip.source}: eps_low {clip.eps_low:g}, eps_high {clip.eps_high:g} "
+                   f"({clip.rule})")
 
 
 def _tolerances(items: list[str], known: dict[str, float]) -> dict[str, float]:
