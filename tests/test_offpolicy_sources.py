@@ -73,6 +73,10 @@ def test_epochs_repeat_the_updates_on_fresh_permutations(tiny_model, tmp_path, h
     calls.clear()
     train(TrainConfig(**small(tiny_model, epochs=2)), tmp_path / "two")
     assert once == 2 * 2 and len(calls) == 2 * once  # steps x K, then twice that
+    one, two = log(tmp_path / "one")[0], log(tmp_path / "two")[0]  # step 1: the same rollout
+    assert one["gen_tokens"] == two["gen_tokens"]
+    # 2N per token to sample and to score logp_old (no KL reference), 6N per pass of updates
+    assert two["flops_cum"] / one["flops_cum"] == pytest.approx((2 * 2 + 6 * 2) / (2 * 2 + 6))
 
     cfg = TrainConfig(**small(tiny_model, prompts_per_step=8, minibatches=2, epochs=2))
     batch = type("B", (), {"group": torch.arange(8), "attention_mask": torch.ones(8, 3)})()

@@ -88,7 +88,9 @@ def step_row(cfg: TrainConfig, state: RunState, n_params: int, has_ref: bool,
     schema and the compute accounting cannot drift apart."""
     gen = int(lengths.sum())
     state.gen_cum += gen
-    state.flops_cum += 2.0 * n_params * gen * (2 + has_ref) + 6.0 * n_params * gen
+    # 2N per token to sample, score logp_old and (with KL) the reference; 6N per token for
+    # each pass of updates over the rollout (`epochs`)
+    state.flops_cum += 2.0 * n_params * gen * (2 + has_ref) + 6.0 * n_params * gen * cfg.epochs
     lengths = lengths.double()
     return {
         "gen_tokens": gen, "gen_tokens_cum": state.gen_cum, "flops_cum": state.flops_cum,
