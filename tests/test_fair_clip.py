@@ -17,9 +17,9 @@ from repro.reporting.fair_clip import (
     CANDIDATES,
     PAPER_MAX_SHARE,
     TARGET_SHARE,
+    eps_text,
     fair_clips,
     gspo_clips,
-    eps_text,
     markdown,
 )
 
@@ -39,8 +39,9 @@ def write_curves(folder: Path, shares: dict[str, list[float]]) -> Path:
     rows = [(label, "tiny-preamble-0", 7, value) for label, values in shares.items()
             for value in values]
     folder.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table(dict(zip(["run_algo", "run_model", "run_seed", "clip_frac"],
-                                     map(list, zip(*rows))))), folder / "train_curves.parquet")
+    columns = ["run_algo", "run_model", "run_seed", "clip_frac"]
+    table = pa.table({name: [row[i] for row in rows] for i, name in enumerate(columns)})
+    pq.write_table(table, folder / "train_curves.parquet")
     return folder
 
 
@@ -85,7 +86,7 @@ def test_a_missing_pilot_run_or_another_candidate_set_is_refused(pilot, tmp_path
     other = {**pilot, "algorithms": {**pilot["algorithms"], "gspo_e7e-3-bf16": {
         "algorithm": "gspo", "objective": {"eps_low": 5e-3, "eps_high": 5e-3}}}}
     full = pilot_shares(pilot, 0.5, dict.fromkeys(CANDIDATES, 0.1))
-    with pytest.raises(ValueError, match="'bf16'.*pre-registration"):
+    with pytest.raises(ValueError, match=r"'bf16'.*pre-registration"):
         fair_clips(other, write_curves(tmp_path / "b", full))
 
 
@@ -107,3 +108,8 @@ def test_the_study_presets_fair_gspo_is_the_rule_on_the_committed_pilot(pilot):
         objective = study["algorithms"][f"gspo_fair-{clip.source}"].get("objective", {})
         found = (objective.get("eps_low", paper.eps_low), objective.get("eps_high", paper.eps_high))
         assert found == (clip.eps_low, clip.eps_high), clip.source
+
+
+def test_the_results_page_shows_the_pilots_table_as_the_rule_gives_it(pilot):
+    page = (ROOT / "docs" / "results.md").read_text()
+    assert markdown(fair_clips(pilot, PILOT_AGGREGATE)) in page

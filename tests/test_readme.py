@@ -20,9 +20,11 @@ README = ROOT / "README.md"
 RESULTS = ROOT / "docs" / "results.md"
 MAX_LINES = 150
 MAX_MEDIAN_WORDS = 25
-STUDIES = {"1": "tiny-study", "2": "mechanism-study"}  # "study N" in the table -> its aggregate
+STUDIES = {"1": "tiny-study", "2": "mechanism-study",  # "study N" in the table -> its aggregate
+           "3": "offpolicy-study"}
 NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
-EVIDENCE = re.compile(r"\[study (\d), ([\w]+)\]\(docs/results\.md#([\w-]+)\)")
+# [study N, ID] or, in a study with blocks, [study N, BLOCK ID] (e.g. "stale G2")
+EVIDENCE = re.compile(r"\[study (\d), ((?:\w+ )?\w+)\]\(docs/results\.md#([\w-]+)\)")
 
 
 def prose_sentences(lines: list[str]) -> list[str]:
@@ -94,13 +96,16 @@ def findings() -> list[dict[str, str]]:
 @cache
 def computed_verdicts(study: str) -> dict[str, tuple[str, str]]:
     """{id: (numbers, verdict)} of the verdict table the engine computes from the committed
-    aggregate of `study`."""
+    aggregate of `study`; where the table has blocks (study 3's sources), {"BLOCK ID": ...}."""
     from repro.reporting.load import load_aggregate
     from repro.reporting.verdict import verdict_tables
 
     table = verdict_tables(load_aggregate(ROOT / "results" / study / "aggregate"))[0]
-    assert table.header[0] == "id" and table.header[-1] == "verdict", table.header
-    return {row[0]: (row[-2], row[-1]) for row in table.rows}
+    assert table.header[-3:] == ["prediction", "numbers", "verdict"], table.header
+    if table.header[0] == "id":
+        return {row[0]: (row[-2], row[-1]) for row in table.rows}
+    assert table.header[1] == "id", table.header
+    return {f"{row[0]} {row[1]}": (row[-2], row[-1]) for row in table.rows}
 
 
 def test_the_findings_table_names_each_studys_evidence():
@@ -108,7 +113,7 @@ def test_the_findings_table_names_each_studys_evidence():
     assert list(rows[0]) == ["claim", "verdict", "effect [95% CI]", "evidence"], list(rows[0])
     cited = [EVIDENCE.fullmatch(r["evidence"]) for r in rows]
     assert all(cited), [r["evidence"] for r, m in zip(rows, cited, strict=True) if not m]
-    assert {m.group(1) for m in cited} == set(STUDIES)  # both studies are in the table
+    assert {m.group(1) for m in cited} == set(STUDIES)  # every study is in the table
 
 
 def cited(row: dict[str, str]) -> tuple[str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -389,6 +390,11 @@ STUDIES = {
     "mechanism-study": ("docs/results.md", "## Study 2: the mechanism study",
                         {"G1", "G2", "G3", "P1", "P2", "P3", "P4", "P5", "P6a", "P6b", "P7",
                          "P8", "P9"}),
+    # a table with blocks: its rows are keyed (source, id)
+    "offpolicy-study": ("docs/results.md", "## Study 3: realistic off-policy sources",
+                        {*((s, i) for s in ("reuse", "stale", "bf16")
+                           for i in ("G1", "G2", *(f"Q{q}" for q in range(1, 7)))),
+                         *(("pooled", f"Q{q}") for q in range(1, 7))}),
 }
 
 
@@ -403,18 +409,27 @@ def test_the_study_verdicts_come_from_its_committed_aggregate_and_match_its_page
     args = ("tables", "--cores", "2", "--configfile", f"config/presets/{study}.yaml")
     assert set(jobs_planned(ok(snakemake(*args, cwd=wd), wd))) == {"tables"}  # as a dry run's
     table = (wd / "results" / study / "tables" / "verdict.md").read_text()
-    computed = {cells[0]: cells[-1] for cells in _rows(_first_table(table))}
+    computed = {_key(cells): cells[-1] for cells in _rows(_first_table(table))}
     section = (ROOT / page).read_text().split(heading)[1]
-    shown = {cells[0]: cells[-1].replace("*", "").split(" (")[0]
-             for cells in _rows(_first_table(section))}
+    shown = {_key(cells): cells[-1].replace("*", "").split(" (")[0]
+             for cells in _rows(_first_table(section, header_ends="| verdict |"))}
     assert set(computed) == ids
     assert shown == {k: v.split(" (")[0] for k, v in computed.items()}  # the rule's word
 
 
-def _first_table(text: str) -> str:
-    """The first Markdown table in `text` (its contiguous '|' lines)."""
+def _key(cells: list[str]) -> str | tuple[str, str]:
+    """A verdict row's id, or (block, id) where the table has a block column (`pooled`, a
+    source): ids are P1, G2, Q3, V, ..."""
+    return cells[0] if re.fullmatch(r"[A-Z]\d*[a-z]?", cells[0]) else (cells[0], cells[1])
+
+
+def _first_table(text: str, header_ends: str = "") -> str:
+    """The first Markdown table in `text` (its contiguous '|' lines) whose header line ends
+    with `header_ends`."""
     lines = text.splitlines()
-    first = next(i for i, ln in enumerate(lines) if ln.startswith("| "))
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("| ")
+                 and ln.rstrip().endswith(header_ends)
+                 and (i == 0 or not lines[i - 1].startswith("|")))
     rest = lines[first:]
     return "\n".join(rest[:next((i for i, ln in enumerate(rest) if not ln.startswith("|")),
                                  len(rest))])
