@@ -421,11 +421,12 @@ _register_reporting()
 def main() -> None:
     """The console entry: a full disk (or another storage failure) while writing a result is
     one line naming the file, not a traceback; the previous version of the file is intact."""
-    from repro.engines.fsdp import close_process_group
-
     try:
         app()
     except WriteFailed as err:
         sys.exit(f"repro: {err.strerror}")
     finally:
-        close_process_group()
+        if "torch.distributed" in sys.modules:  # `repro --help` does not import torch for this
+            from repro.engines.fsdp import close_process_group
+
+            close_process_group()
