@@ -21,6 +21,7 @@ from repro.objectives.gspo import GSPOConfig
 PAPER_MAX_SHARE = 0.20  # the paper clip is kept when it clips at most this share
 TARGET_SHARE = 0.15  # else: the candidate whose share is nearest this one
 CANDIDATES = (1e-3, 3e-3, 7e-3, 1e-2, 2e-2)  # symmetric eps_low = eps_high
+PAPER_CLIP = (GSPOConfig().eps_low, GSPOConfig().eps_high)  # GSPO's defaults: the paper's clip
 
 
 def eps_text(eps: float) -> str:
@@ -40,7 +41,7 @@ class SourceClip:
 
     @property
     def rule(self) -> str:
-        if self.paper_share <= PAPER_MAX_SHARE:
+        if (self.eps_low, self.eps_high) == PAPER_CLIP:
             return f"paper clip: it clips {self.paper_share:.1%} <= {PAPER_MAX_SHARE:.0%}"
         return (f"paper clip clips {self.paper_share:.1%} > {PAPER_MAX_SHARE:.0%}; eps "
                 f"{eps_text(self.eps_low)} clips {self.shares[self.eps_low]:.1%}, nearest "
@@ -49,7 +50,6 @@ class SourceClip:
 
 def gspo_clips(config: dict[str, Any]) -> dict[str, tuple[str, float, float]]:
     """label -> (source, eps_low, eps_high) for every GSPO run of the pilot preset."""
-    paper = GSPOConfig()
     out = {}
     for label in config["run"]["algorithms"]:
         entry = config["algorithms"][label]
@@ -57,8 +57,8 @@ def gspo_clips(config: dict[str, Any]) -> dict[str, tuple[str, float, float]]:
             continue
         objective = entry.get("objective", {})
         source = label.rpartition("-")[2]
-        out[label] = (source, objective.get("eps_low", paper.eps_low),
-                      objective.get("eps_high", paper.eps_high))
+        out[label] = (source, objective.get("eps_low", PAPER_CLIP[0]),
+                      objective.get("eps_high", PAPER_CLIP[1]))
     return out
 
 
@@ -76,8 +76,8 @@ def clip_shares(aggregate: Path) -> dict[str, float]:
 def fair_clips(config: dict[str, Any], aggregate: Path) -> list[SourceClip]:
     """The rule applied to the pilot preset `config` (resolved) and its aggregate, per source in
     the preset's order. Refuses a pilot whose clips are not the pre-registered ones."""
-    paper = GSPOConfig()
     shares = clip_shares(aggregate)
+    want = {PAPER_CLIP} | {(e, e) for e in CANDIDATES}
     by_source: dict[str, dict[tuple[float, float], float]] = {}
     for label, (source, low, high) in gspo_clips(config).items():
         if label not in shares:
@@ -85,14 +85,13 @@ def fair_clips(config: dict[str, Any], aggregate: Path) -> list[SourceClip]:
         by_source.setdefault(source, {})[(low, high)] = shares[label]
     result = []
     for source, found in by_source.items():
-        want = {(paper.eps_low, paper.eps_high)} | {(e, e) for e in CANDIDATES}
         if set(found) != want:
             raise ValueError(f"pilot source {source!r}: GSPO clips {sorted(found)}, the "
                              f"pre-registration's are {sorted(want)}")
-        paper_share = found[(paper.eps_low, paper.eps_high)]
+        paper_share = found[PAPER_CLIP]
         candidates = {e: found[(e, e)] for e in CANDIDATES}
         if paper_share <= PAPER_MAX_SHARE:
-            low, high = paper.eps_low, paper.eps_high
+            low, high = PAPER_CLIP
         else:  # nearest the target; a tie (to 1e-9) goes to the smaller eps, the tighter clip
             low = high = min(CANDIDATES,
                              key=lambda e: (round(abs(candidates[e] - TARGET_SHARE), 9), e))
@@ -102,13 +101,11 @@ def fair_clips(config: dict[str, Any], aggregate: Path) -> list[SourceClip]:
 
 def markdown(clips: list[SourceClip]) -> str:
     """The pilot's clip shares and the chosen clip per source, as reported beside the verdicts."""
-    paper = GSPOConfig()
-    head = ["source", f"paper clip ({eps_text(paper.eps_low)} / {eps_text(paper.eps_high)})",
+    head = ["source", f"paper clip ({' / '.join(map(eps_text, PAPER_CLIP))})",
             *(f"eps {eps_text(e)}" for e in CANDIDATES), "gspo_fair clip"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in clips:
-        chosen = ("paper" if (c.eps_low, c.eps_high) == (paper.eps_low, paper.eps_high)
-                  else eps_text(c.eps_low))
+        chosen = "paper" if (c.eps_low, c.eps_high) == PAPER_CLIP else eps_text(c.eps_low)
         cells = [c.source, f"{c.paper_share:.1%}", *(f"{c.shares[e]:.1%}" for e in CANDIDATES),
                  chosen]
         rows.append("| " + " | ".join(cells) + " |")
