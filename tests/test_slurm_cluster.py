@@ -56,8 +56,17 @@ def _no_snakemake_left():
     yield
     stop_started()
 
-LOCAL_RULES = {"all", "run_config", "aggregate", "tables", "figures", "paper_reference",
-               "ablations"}  # the Snakefile's localrules: they run beside Snakemake
+
+def local_rules() -> set[str]:
+    """The Snakefile's `localrules:` (they run beside Snakemake, never as SLURM jobs), read from
+    the Snakefile itself so that a rule made local there is local here."""
+    block = re.search(r"^localrules:\n((?:[ \t]+\w+,?\n)+)", (ROOT / "Snakefile").read_text(),
+                      re.M)
+    assert block, "Snakefile: no `localrules:` block"
+    return {name.strip(" \t,") for name in block.group(1).splitlines()}
+
+
+LOCAL_RULES = local_rules()
 SACCT = ("JobIDRaw,JobName,Comment,Partition,Account,Timelimit,ReqMem,AllocCPUS,ReqTRES,State,"
          "ExitCode")  # AllocCPUS: sacct's ReqCPUS is 1 for --cpus-per-gpu=2 --gpus=1
 
