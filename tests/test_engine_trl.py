@@ -48,21 +48,21 @@ def hashed(prompts, completions, **_):
 
 
 def make_trainer(tmp_path, algorithm="dfpo", objective=None, temperature=1.0, seed=0, accum=1,
-                 build=None, epochs=1):
-    """A float64 random tiny policy (diverse completions, so rewards differ) in the trainer;
-    `build` returns another (model, tokenizer) (default: the tiny Qwen3)."""
+                 build=None, epochs=1, **source):
+    """A float64 random tiny policy (diverse completions, so rewards differ) in the trainer,
+    after its first rollout; `build` returns another (model, tokenizer) (default: the tiny
+    Qwen3); `source`: more TrainConfig fields (staleness, sampler_dtype)."""
     torch.manual_seed(0)
     model, tok = (build or tiny_qwen3)()
     model = model.double()
     cfg = TrainConfig(model="unused", algorithm=algorithm, objective=objective or {},
                       prompts_per_step=P, group_size=G, minibatches=K, max_new_tokens=10,
                       temperature=temperature, engine="trl", seed=seed, epochs=epochs,
-                      trl_args={"gradient_accumulation_steps": accum} if accum > 1 else {})
+                      trl_args={"gradient_accumulation_steps": accum} if accum > 1 else {},
+                      **source)
     from datasets import Dataset
 
-    prompts = [tok.apply_chat_template([{"role": "user", "content": f"What is {i} + {i}?"}],
-                                       tokenize=False, add_generation_prompt=True)
-               for i in range(P)]
+    prompts = [row["prompt"] for row in generation_batch(tok)[::G]]
     args = build_grpo_config(cfg, out=tmp_path, world_size=1, steps=1, half_precision=False,
                              use_cpu=True)
     trainer = ReproGRPOTrainer(model=model, processing_class=tok, args=args, reward_funcs=[hashed],
@@ -70,9 +70,16 @@ def make_trainer(tmp_path, algorithm="dfpo", objective=None, temperature=1.0, se
                                repro=cfg)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by the training loop, outside it here
-    generation_batch = [{"prompt": p} for p in prompts for _ in range(G)]  # RepeatSampler order
-    trainer._prepare_inputs(generation_batch)
+    trainer._prepare_inputs(generation_batch(tok))
     return trainer, tok
+
+
+def generation_batch(tok) -> list[dict[str, str]]:
+    """P chat prompts, each G times in a row (TRL's RepeatSampler order): one rollout's inputs."""
+    prompts = [tok.apply_chat_template([{"role": "user", "content": f"What is {i} + {i}?"}],
+                                       tokenize=False, add_generation_prompt=True)
+               for i in range(P)]
+    return [{"prompt": p} for p in prompts for _ in range(G)]
 
 
 def tiny_qwen3():

@@ -111,8 +111,9 @@ MUTATIONS = [  # (preset, overlay, the key the refusal names)
     (P80, {"train": {"prompts_per_step": 32}}, "train.prompts_per_step"),
     (P32, {"train": {"trl_args": {"vllm_gpu_memory_utilization": 0.95}}},
      "train.trl_args.vllm_gpu_memory_utilization"),
+    (P32, {"train": {"staleness": 1}}, "train.staleness"),
 ]
-IDS = ["no-checkpointing", "no-vllm", "80b-P32-on-16", "vllm-0.95"]
+IDS = ["no-checkpointing", "no-vllm", "80b-P32-on-16", "vllm-0.95", "stale-on-8"]
 
 
 @pytest.mark.parametrize(("preset", "overlay", "key"), MUTATIONS, ids=IDS)

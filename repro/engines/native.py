@@ -15,7 +15,6 @@ its newest checkpoint and ends bit-identical on CPU.
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from repro.generation.hf import HFEngine
 from repro.models import load
 from repro.objectives import AdvantageConfig, group_advantages
 from repro.progress import progress
+from repro.training.behaviour import behaving_as, lagged_weights
 from repro.training.checkpoint import RunState, load_trainer_state, save_checkpoint
 from repro.training.config import TrainConfig
 from repro.training.logprobs import response_logprobs, response_logprobs_and_aux
@@ -137,7 +137,7 @@ class ScoredRollout:
 def train_step(ctx: StepContext, step: int, state: RunState) -> dict[str, Any]:
     """One rollout batch and its K updates; advances the counters in `state`, returns the row."""
     t0 = time.perf_counter()
-    scored = rollout_stage(ctx, step, lagged_policy(ctx.model, state.lagged, ctx.cfg.staleness))
+    scored = rollout_stage(ctx, step, lagged_weights(ctx.model, state.lagged, ctx.cfg.staleness))
     t1 = time.perf_counter()
     updates = update_stage(ctx, step, scored)
     t2 = time.perf_counter()
@@ -147,61 +147,41 @@ def train_step(ctx: StepContext, step: int, state: RunState) -> dict[str, Any]:
                     scored.zero_adv_frac, updates, t1 - t0, t2 - t1, batch.grader_errors)
 
 
-def rollout_stage(ctx: StepContext, step: int, behaviour: Any = None) -> ScoredRollout:
+def rollout_stage(ctx: StepContext, step: int,
+                  behaviour: dict[str, Tensor] | None = None) -> ScoredRollout:
     """Sample and grade the step's P x G responses, then score them once (logp_old, the
-    reference, entropy) and take group advantages. `behaviour`: the weights that sample and give
-    logp_old (`lagged_policy`; None = the policy itself). Apart from the updates so that `repro
-    bench rl-step` times the two halves of the very step the loop runs."""
+    reference, entropy) and take group advantages. The behaviour policy samples and gives
+    logp_old: the policy itself, or (`repro.training.behaviour.behaving_as`) `behaviour`'s
+    weights (`lagged_weights` under staleness) in `sampler_dtype`. Apart from the updates so
+    that `repro bench rl-step` times the two halves of the very step the loop runs."""
     cfg, model, ref = ctx.cfg, ctx.model, ctx.ref
     t_behaviour = cfg.sampling_temperature()
     sampling = SamplingConfig(temperature=t_behaviour, top_p=cfg.top_p, top_k=cfg.top_k,
                               max_new_tokens=cfg.max_new_tokens, n=cfg.group_size,
                               seed=cfg.seed * 1_000_003 + step)
-    sampler = sampler_copy(model if behaviour is None else behaviour, cfg.sampler_dtype)
-    engine = ctx.engine if sampler is model else HFEngine(sampler, ctx.tok,
-                                                          batch_size=cfg.prompts_per_step)
     model.eval()
-    batch = rollout(engine, ctx.stream.at(step), ctx.stream.specs, ctx.rewarder, sampling,
-                    want_engine_logp=cfg.behaviour_logprobs == "engine")
+    own_logp = None
+    with behaving_as(model, behaviour, cfg.sampler_dtype) as swapped:
+        batch = rollout(ctx.engine, ctx.stream.at(step), ctx.stream.specs, ctx.rewarder,
+                        sampling, want_engine_logp=cfg.behaviour_logprobs == "engine")
+        args = (batch.input_ids, batch.attention_mask, batch.response_mask)
+        if swapped or t_behaviour != cfg.temperature:  # the sampler's own policy
+            with torch.no_grad():
+                own_logp = response_logprobs(model, *args, chunk_size=cfg.logprob_chunk,
+                                             temperature=t_behaviour, with_entropy=False)[0]
     model.train()
-    args = (batch.input_ids, batch.attention_mask, batch.response_mask)
-    with torch.no_grad():  # once per rollout batch: the behaviour policy, the entropy at T
+    with torch.no_grad():  # once per rollout batch: the current policy's entropy at T
         logp_old, entropy = response_logprobs(model, *args, chunk_size=cfg.logprob_chunk,
                                               temperature=cfg.temperature)
-        if t_behaviour != cfg.temperature or sampler is not model:  # the sampler's own policy
-            logp_old = response_logprobs(sampler, *args, chunk_size=cfg.logprob_chunk,
-                                         temperature=t_behaviour, with_entropy=False)[0].float()
         ref_logp = None if ref is None else response_logprobs(
             ref, *args, temperature=cfg.temperature, with_entropy=False)[0]
+    if own_logp is not None:
+        logp_old = own_logp.float()
     if batch.engine_logp is not None:
         logp_old = batch.engine_logp
     adv, adv_info = group_advantages(batch.reward, batch.group,
                                      AdvantageConfig(cfg.advantage_scale))
     return ScoredRollout(batch, logp_old, ref_logp, entropy, adv, adv_info["zero_adv_frac"])
-
-
-def lagged_policy(model: Any, lagged: list[dict[str, Tensor]], staleness: int) -> Any:
-    """The behaviour policy of a stale sampler (`staleness` = d): the weights of d rollout steps
-    ago (the start's while fewer steps were run; `model` itself at d = 0 and at step 1), as an
-    asynchronous trainer samples one or two updates behind. Then records the current weights in
-    `lagged` (RunState's, so checkpoints carry the history), keeping the last d."""
-    if staleness == 0:
-        return model
-    behind = model
-    if lagged:
-        behind = copy.deepcopy(model).eval()
-        behind.load_state_dict(lagged[0])
-    lagged.append({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
-    del lagged[:-staleness]
-    return behind
-
-
-def sampler_copy(model: Any, dtype: str | None) -> Any:
-    """The behaviour policy's weights: `model` itself, or (sampler_dtype) a copy of it in that
-    dtype made now, as a bf16 inference engine holds next to an fp32 trainer."""
-    if dtype is None:
-        return model
-    return copy.deepcopy(model).to(getattr(torch, dtype)).eval()
 
 
 def minibatch_rows(cfg: TrainConfig, step: int, batch: RolloutBatch) -> list[tuple[Tensor, int]]:

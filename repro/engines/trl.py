@@ -37,7 +37,7 @@ from repro.engines.fsdp import (
     ram_efficient_loading,
     recipe_policy,
 )
-from repro.engines.trl_args import build_grpo_config, check_layout
+from repro.engines.trl_args import build_grpo_config, check_layout, check_sources
 from repro.engines.trl_dfpo import merge_micro_steps
 from repro.models import load
 from repro.models.loader import MASTER_DTYPE, load_for_sharding
@@ -252,6 +252,7 @@ def train_trl(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: 
     dist = PartialState()
     world = dist.num_processes
     check_layout(cfg, world)
+    check_sources(cfg, world)
     opened = [open_run(cfg, out, label, resume, fingerprint) if dist.is_main_process else None]
     label, identity, ckpt = broadcast_object_list(opened)[0]
     torch.manual_seed(cfg.seed)
@@ -291,7 +292,7 @@ def train_trl(cfg: TrainConfig, out: Path, *, label: str | None = None, resume: 
     trainer = ReproGRPOTrainer(model=model, processing_class=tok, args=args,
                                reward_funcs=[ProblemReward(rewarder, problems)],
                                train_dataset=dataset, callbacks=[log], repro=cfg,
-                               rollout_step0=done, sink=log)
+                               rollout_step0=done, sink=log, lagged=state.lagged)
     trainer.remove_callback(PrinterCallback)  # the TRAIN_LOG Parquet is the log
     recipe_policy(trainer.accelerator)
     log.trainer = trainer

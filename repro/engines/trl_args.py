@@ -39,6 +39,17 @@ def check_layout(cfg: TrainConfig, world_size: int) -> None:
             f"(e.g. prompts_per_step {fits})")
 
 
+def check_sources(cfg: Any, world_size: int) -> None:
+    """Refuse, under several processes, the off-policy sources that swap the behaviour policy's
+    weights (`repro.training.behaviour`): that swap does not handle FSDP2's shards (whose bf16
+    compute is already a bf16 sampler). `cfg`: what has TrainConfig's `staleness` and
+    `sampler_dtype`."""
+    for key, off in (("staleness", 0), ("sampler_dtype", None)):
+        if world_size > 1 and getattr(cfg, key) != off:
+            raise ValueError(f"TrainConfig.{key}={getattr(cfg, key)!r} runs on one process under "
+                             f"engine=trl, not num_processes={world_size}")
+
+
 def check_grpo_args(args: Any) -> None:
     """Refuse a GRPOConfig that changes the objective (also guards direct users of the class)."""
     for key, (neutral, why) in REFUSED.items():
@@ -67,6 +78,7 @@ def build_grpo_config(cfg: TrainConfig, *, out: Path, world_size: int, steps: in
     from trl import GRPOConfig
 
     check_layout(cfg, world_size)
+    check_sources(cfg, world_size)
     accum = int(cfg.trl_args.get("gradient_accumulation_steps", 1))
     local = cfg.prompts_per_step * cfg.group_size // (cfg.minibatches * world_size)
     if accum < 1 or local % accum:

@@ -5,7 +5,10 @@ holds the whole-group layout, the DFPO pre-pass, the loss and the diagnostics) w
 - advantages from `group_advantages` (TRL hard-codes std + 1e-4),
 - the K optimizer minibatches of a rollout permuted by (seed, step) exactly as the native loop
   does (`repro.training.minibatches`) instead of torch's global generator,
-- every parameter decays (the native AdamW), and the records of the run log (`sink`).
+- every parameter decays (the native AdamW), and the records of the run log (`sink`),
+- under `staleness` / `sampler_dtype`, TRL's generation samples as the behaviour policy (the
+  weights of d rollouts ago, in bf16: `repro.training.behaviour`, the native engine's rule),
+  and the rollout's old log-probs are that policy's, by the native engine's `response_logprobs`.
 Private method overridden here besides DFPOTrainer's (tests/test_engine_trl.py's signature
 snapshot): `_calculate_rewards`.
 """
@@ -21,7 +24,9 @@ from torch import Tensor
 from repro.engines.trl_args import check_grpo_args
 from repro.engines.trl_dfpo import DFPOTrainer, split_by_groups
 from repro.objectives import AdvantageConfig, group_advantages
+from repro.training.behaviour import behaving_as, lagged_weights
 from repro.training.config import TrainConfig
+from repro.training.logprobs import response_logprobs
 from repro.training.minibatches import minibatch_orders
 
 
@@ -36,10 +41,12 @@ class ReproGRPOTrainer(DFPOTrainer):
 
     `repro`: the run's TrainConfig. `rollout_step0`: rollout steps done before this trainer
     started (resume). `sink`: receives `rollout(...)` and `update(...)` records for the log.
+    `lagged`: the weights of the last `staleness` rollouts (RunState's list, so checkpoints
+    carry it; a new list when omitted).
     """
 
     def __init__(self, *args: Any, repro: TrainConfig, rollout_step0: int = 0, sink: Any = None,
-                 **kwargs: Any) -> None:
+                 lagged: list[dict[str, Tensor]] | None = None, **kwargs: Any) -> None:
         check_grpo_args(kwargs["args"])
         steps = kwargs["args"].steps_per_generation
         if steps != repro.minibatches * kwargs["args"].gradient_accumulation_steps:
@@ -56,6 +63,7 @@ class ReproGRPOTrainer(DFPOTrainer):
         self.repro = repro
         self.rollout_step0 = rollout_step0
         self.sink = sink
+        self.lagged = [] if lagged is None else lagged
         self._rewards: Tensor | None = None
 
     def get_decay_parameter_names(self, model) -> list[str]:
@@ -78,9 +86,13 @@ class ReproGRPOTrainer(DFPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         t0 = time.perf_counter()
-        out = super()._generate_and_score_completions(inputs)
         if not self.model.training:
-            return out
+            return super()._generate_and_score_completions(inputs)
+        behind = lagged_weights(self.model, self.lagged, self.repro.staleness)
+        with behaving_as(self.model, behind, self.repro.sampler_dtype) as swapped:
+            out = super()._generate_and_score_completions(inputs)
+            if swapped:
+                out["old_per_token_logps"] = self._behaviour_logprobs(out)
         n, size = len(inputs), self.num_generations
         reward = self._rewards[:, 0].double().cpu()  # gathered over processes, process-major
         group = torch.arange(reward.numel()) // size  # TRL's own layout assumption (:2813)
@@ -100,6 +112,18 @@ class ReproGRPOTrainer(DFPOTrainer):
                               grader_errors=int(self.accelerator.gather(failures).sum()),
                               seconds=time.perf_counter() - t0)
         return out
+
+    def _behaviour_logprobs(self, out: dict[str, Any]) -> Tensor:
+        """The rollout's log-probs under the model as it stands (the behaviour policy, inside
+        `behaving_as`), by the native engine's path and dtype (`response_logprobs`, float32)."""
+        prompt, completion = out["prompt_mask"], out["completion_mask"]
+        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+        response = torch.cat([torch.zeros_like(prompt), completion], 1).bool()
+        with torch.no_grad():
+            logp = response_logprobs(self.model, ids, torch.cat([prompt, completion], 1),
+                                     response, chunk_size=self.repro.logprob_chunk,
+                                     temperature=self.repro.temperature, with_entropy=False)[0]
+        return logp[:, -completion.size(1):].float()
 
     def _record(self, metrics: dict[str, float], entropy_sum: float, entropy_n: int) -> None:
         super()._record(metrics, entropy_sum, entropy_n)

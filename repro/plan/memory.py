@@ -78,7 +78,7 @@ def _gb(nbytes: float) -> float:
 def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: Hardware,
                world: int) -> JobPlan:
     """Plan one train job; raise PlanRefusal (one line, naming the key) when it cannot fit."""
-    from repro.engines.trl_args import check_layout, rollout_defaults
+    from repro.engines.trl_args import check_layout, check_sources, rollout_defaults
 
     nodes, per_node = hw.train.nodes, hw.train.gpus_per_node
     p, g, k = train["prompts_per_step"], train["group_size"], train["minibatches"]
@@ -87,6 +87,12 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: Hardware,
     except ValueError as err:
         raise PlanRefusal(f"config train.prompts_per_step: {err} (hardware.train: {nodes} "
                           f"node(s) x {per_node} GPUs)") from None
+    try:
+        check_sources(SimpleNamespace(**{key: train.get(key, TRAIN_DEFAULTS[key])
+                                         for key in ("staleness", "sampler_dtype")}), world)
+    except ValueError as err:
+        raise PlanRefusal(f"config train.{str(err).removeprefix('TrainConfig.')} "
+                          f"(hardware.train: {nodes} node(s) x {per_node} GPUs)") from None
     args = rollout_defaults(train.get("trl_args", {})) | train.get("trl_args", {})
     accum = int(args.get("gradient_accumulation_steps", 1))
     local = p * g // (k * world)

@@ -78,7 +78,8 @@ class TrainConfig:
         metadata={"help": "'bfloat16': rollouts and logp_old come from a bf16 copy of the policy "
                   "made each rollout step (a bf16 sampler next to an fp32 trainer) while the "
                   "loss scores with the policy itself: a realistic sampler/trainer mismatch, "
-                  "s != 1 from the first update. null = the policy samples. Native engine only."},
+                  "s != 1 from the first update. null = the policy samples. Both engines (trl: "
+                  "HF generate on one process; repro.training.behaviour)."},
     )
     staleness: int = field(
         default=0,
@@ -87,7 +88,8 @@ class TrainConfig:
                   "which also gives logp_old, as one-step-off (d = 1) and d = 2 asynchronous "
                   "trainers run: a realistic off-policy source. The last d policies' weights "
                   "are kept and checkpointed, so a resumed run continues the same history. "
-                  "0 = on-policy rollouts. Native engine only."},
+                  "0 = on-policy rollouts. Both engines (trl: HF generate on one process; "
+                  "repro.training.behaviour)."},
     )
     max_new_tokens: int = field(default=64, metadata={"help": "Response budget per sample."})
     temperature: float = field(
@@ -190,12 +192,14 @@ class TrainConfig:
              f"must be >= 1 and divide prompts_per_step={self.prompts_per_step}")
         need(self.epochs >= 1, "epochs", "must be >= 1")
         need(self.sampler_dtype in (None, "bfloat16"), "sampler_dtype", "must be null or bfloat16")
-        need(self.engine == "native" or self.sampler_dtype is None, "sampler_dtype",
-             "is a native-engine option (TRL's HF generate samples with the trained policy's own "
-             "weights; a bf16 vLLM sampler's log-probs are not wired in as logp_old)")
+        vllm = self.engine == "trl" and bool(self.trl_args.get("use_vllm"))
+        need(not vllm or self.sampler_dtype is None, "sampler_dtype", "does not drive a vLLM "
+             "sampler (trl_args.use_vllm: vLLM's own dtype samples; set vllm_importance_sampling_"
+             "correction there) but the trainer's HF generate")
         need(self.staleness >= 0, "staleness", "must be >= 0")
-        need(self.engine == "native" or self.staleness == 0, "staleness", "is a native-engine "
-             "option (TRL's GRPOTrainer samples with the current policy's weights)")
+        need(not vllm or self.staleness == 0, "staleness", "does not delay a vLLM sampler's "
+             "weight sync (trl_args.use_vllm) but swaps the weights the trainer's HF generate "
+             "samples with")
         need(self.behaviour_logprobs in ("trainer", "engine"), "behaviour_logprobs",
              "must be 'trainer' or 'engine'")
         need(self.advantage_scale in SCALES, "advantage_scale", f"must be one of {SCALES}")
