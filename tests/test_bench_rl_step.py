@@ -117,3 +117,20 @@ def test_bad_input_is_one_line_naming_the_key(args, named):
     assert res.exit_code == 2
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and named in lines[0] and "rl-step" in lines[0]
+
+
+def test_a_stale_step_samples_with_the_lagged_weights(tmp_path, monkeypatch):
+    """staleness=1: the bench's rollouts, as the loop's, sample with the weights of one step
+    earlier from its second round on (the first samples with the start's own)."""
+    from repro.bench import rl_step
+
+    behind, real = [], rl_step.rollout_stage
+
+    def spy(ctx, step, behaviour=None):
+        behind.append(behaviour is not None)
+        return real(ctx, step, behaviour)
+
+    monkeypatch.setattr(rl_step, "rollout_stage", spy)
+    run_rl_step_bench(RLStepBenchConfig(overrides=[*TOY, "staleness=1"], repeats=2), show=False,
+                      out=tmp_path / "rl_step.json")
+    assert behind == [False, True, True]

@@ -40,6 +40,7 @@ from repro.engines.native import (
     step_context,
     update_stage,
 )
+from repro.training.behaviour import lagged_weights
 from repro.training.checkpoint import save_checkpoint
 from repro.training.config import TrainConfig, check_train_fields, parse_overrides
 from repro.training.logprobs import response_logprobs
@@ -198,7 +199,8 @@ def run_round(ctx: StepContext, probes: Any, state: Any, step: int, scratch: Pat
 
     def loop_rollout() -> ScoredRollout:
         gen0, grade0 = engine.seconds, rewarder.seconds
-        scored, r["rollout"] = _timed(lambda: rollout_stage(ctx, step))
+        scored, r["rollout"] = _timed(lambda: rollout_stage(ctx, step, lagged_weights(
+            ctx.model, state.lagged, ctx.cfg.staleness)))
         r["generate"], r["grading"] = engine.seconds - gen0, rewarder.seconds - grade0
         return scored
 
