@@ -221,26 +221,59 @@ def test_the_planner_refuses_a_preflight_that_would_not_fit(shape, tmp_path):
 
 def test_the_gpu_shapes_are_both_paper_architectures_at_their_widths():
     """Qwen3-Next's shape is its preset's config.json fields with 2 layers, one Gated DeltaNet
-    and one gated-attention layer, built on the meta device by transformers' own class."""
+    and one gated-attention layer; each shape's config is built from the very arguments
+    `build_model` passes (`shape_fields`: the 2026-12-04 H200 run crashed on Qwen3-Next's own
+    `dtype` field passed twice) and its model on the meta device by transformers' own class."""
     import torch
     import yaml
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from repro.bench.options import NEXT_PRESET, PreflightConfig, gpu_shape
+    from repro.bench.gpu import shape_fields
+    from repro.bench.options import NEXT_PRESET, SHAPES, PreflightConfig, gpu_shape
+    from repro.models.tokenizer import build_tokenizer
 
-    assert PreflightConfig().shapes == ("qwen3-32b-4l", "qwen3-next-80b-2l")
+    assert PreflightConfig().shapes == ("qwen3-32b-4l", "qwen3-next-80b-2l") == SHAPES
     assert PreflightConfig(tiny=True).shapes == ("tiny", "tiny-next")
     paper = yaml.safe_load(NEXT_PRESET.read_text())["models"]["qwen3-next-80b"]["config"]
     fields = gpu_shape("qwen3-next-80b-2l")
     for key in ("hidden_size", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
                 "linear_num_value_heads", "head_dim", "vocab_size"):
         assert fields[key] == paper[key], key
-    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
-    assert config.layer_types == ["linear_attention", "full_attention"]
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+    tok = build_tokenizer(model_max_length=4096)
+    built = {}
+    for shape in SHAPES:
+        config = AutoConfig.for_model(**shape_fields(shape, tok))
+        assert (config.max_position_embeddings, config.pad_token_id) == (4096, tok.pad_token_id)
+        with torch.device("meta"):
+            built[shape] = AutoModelForCausalLM.from_config(config)
+        assert 3e9 < built[shape].num_parameters() < 5e9  # ~3.5B to 3.9B: one H200 each
+    model = built["qwen3-next-80b-2l"]
+    assert model.config.layer_types == ["linear_attention", "full_attention"]
     assert type(model).__name__ == "Qwen3NextForCausalLM"
-    assert 3e9 < model.num_parameters() < 5e9  # about the dense shape's 3.5B: one H200 each
+
+
+def test_a_shape_that_crashes_is_a_failure_and_the_report_is_written_after_each_shape(
+        tmp_path, monkeypatch):
+    from repro.bench import gpu
+    from repro.bench.options import PreflightConfig
+
+    seen = []
+
+    def run_shape(cfg, shape, out, deadline, on_gpu):
+        seen.append(json.loads((tmp_path / "preflight.json").read_text())["shapes"]
+                    if (tmp_path / "preflight.json").exists() else None)
+        if shape == "tiny":
+            raise TypeError("for_model() got multiple values for keyword argument 'dtype'")
+        return {"model_type": "qwen3_next", "stages": {"build": {"status": "ok"}},
+                "failures": []}
+
+    monkeypatch.setattr(gpu, "run_shape", run_shape)
+    report = gpu.run_preflight(PreflightConfig(tiny=True, out=tmp_path))
+    assert seen[0] is None and list(seen[1]) == ["tiny"]  # written before the next shape ran
+    assert report["failures"] == [
+        "tiny: crashed: TypeError: for_model() got multiple values for keyword argument 'dtype'"]
+    assert json.loads((tmp_path / "preflight.json").read_text())["shapes"]["tiny-next"][
+        "model_type"] == "qwen3_next"
 
 
 @pytest.mark.parametrize(("shapes", "tiny"), [(("tiny",), False), (("qwen3-32b-4l",), True),

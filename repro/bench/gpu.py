@@ -102,10 +102,7 @@ def build_model(cfg: PreflightConfig, shape: str, path: Path) -> Path:
     from repro.models.tokenizer import build_tokenizer
 
     tok = build_tokenizer(model_max_length=4096)
-    fields = gpu_shape(shape)
-    config = AutoConfig.for_model(fields.pop("model_type"), max_position_embeddings=4096,
-                                  pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                                  bos_token_id=None, dtype="bfloat16", **fields)
+    config = AutoConfig.for_model(**shape_fields(shape, tok))
     torch.manual_seed(0)
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
         model = AutoModelForCausalLM.from_config(config).to(torch.bfloat16)
@@ -114,6 +111,15 @@ def build_model(cfg: PreflightConfig, shape: str, path: Path) -> Path:
     del model
     torch.cuda.empty_cache()  # the workers need this GPU memory back
     return path
+
+
+def shape_fields(shape: str, tok: Any) -> dict[str, Any]:
+    """`AutoConfig.for_model`'s arguments for GPU shape `shape`: its config.json fields, then
+    this bench's own settings over them (the project tokenizer's ids, 4096 positions, bf16;
+    Qwen3-Next's config.json also names its dtype)."""
+    return gpu_shape(shape) | {"max_position_embeddings": 4096, "pad_token_id": tok.pad_token_id,
+                               "eos_token_id": tok.eos_token_id, "bos_token_id": None,
+                               "dtype": "bfloat16"}
 
 
 def watch(cmd: list[str], env: dict[str, str], log: Path, progress: Path,
@@ -178,16 +184,24 @@ def run_preflight(cfg: PreflightConfig) -> dict[str, Any]:
         "device": torch.cuda.get_device_name() if gpu else "cpu", "measured_on_gpu": gpu,
         "processes": cfg.processes, "config": json.loads(json.dumps(asdict(cfg), default=str)),
         "versions": versions(), "shapes": {}}
-    for i, shape in enumerate(cfg.shapes):
-        deadline = time.time() + (t0 + cfg.budget_s - time.time()) / (len(cfg.shapes) - i)
-        report["shapes"][shape] = run_shape(cfg, shape, out / shape, deadline, gpu)
     if not gpu:
         report["memory"] = "not measured on CPU: peak_gb per stage is CUDA's allocator's"
-    report["seconds"] = time.time() - t0
-    report["failures"] = [f"{shape}: {line}" for shape, one in report["shapes"].items()
-                          for line in one["failures"]]
-    text = json.dumps(report, indent=1, default=str)
-    atomic_file(out / "preflight.json", lambda tmp: tmp.write_text(text + "\n"))
+
+    def write() -> None:  # after every shape: a later shape's crash or kill loses nothing
+        report["seconds"] = time.time() - t0
+        report["failures"] = [f"{shape}: {line}" for shape, one in report["shapes"].items()
+                              for line in one["failures"]]
+        text = json.dumps(report, indent=1, default=str)
+        atomic_file(out / "preflight.json", lambda tmp: tmp.write_text(text + "\n"))
+
+    for i, shape in enumerate(cfg.shapes):
+        deadline = time.time() + (t0 + cfg.budget_s - time.time()) / (len(cfg.shapes) - i)
+        try:
+            report["shapes"][shape] = run_shape(cfg, shape, out / shape, deadline, gpu)
+        except Exception as err:  # the report names it; the next shape runs
+            report["shapes"][shape] = {"model_type": "not built", "stages": {}, "failures": [
+                f"crashed: {type(err).__name__}: {err}"]}
+        write()
     return report
 
 
