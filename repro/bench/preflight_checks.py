@@ -8,7 +8,7 @@ from typing import Any
 
 NOISE_FLOOR = 1e-3  # vLLM's noise at load can round to ~0 on a tiny model: tolerance floor
 NOISE_CAP = 0.25  # vLLM vs trainer on the same weights: bf16 kernels differ by ~0.01-0.05
-CHANGED_FRAC = 0.5  # share of master elements an update at the preset's lr must move
+CHANGED_FRAC = 0.5  # share of master elements with a gradient that the preset's lr must move
 
 
 def mfu_of(update: dict[str, Any], peak_flops: float, processes: int) -> float:
@@ -35,7 +35,7 @@ def failures(report: dict[str, Any], lr: float, stale_factor: float,
             bad.append(f"param_change: master dtypes {change['master_dtypes']}, want float32")
         if not change["elements_changed_frac"] > CHANGED_FRAC:
             bad.append(f"param_change: {change['elements_changed_frac']:.1%} of the master "
-                       f"weights moved at lr {lr:g} (want > {CHANGED_FRAC:.0%})")
+                       f"weights with a gradient moved at lr {lr:g} (want > {CHANGED_FRAC:.0%})")
     save = stages.get("save", {})
     owners = min(report["processes"], save.get("files", 0))  # file i: process i mod world
     if save.get("status") == "ok" and save.get("writers", 0) != owners:
