@@ -6,11 +6,11 @@ peak GPU memory (max over processes): `vllm_sync` (vLLM colocated, each process 
 log-probs of fixed sequences against the trainer's as loaded (under sleep mode: after a first
 sync), which is the kernels' own noise; then the masters perturbed, vLLM's gap before and after
 TRL's sync; the masters restored and synced back), `rollout` (one generation batch, vLLM or HF
-generate), `update` (the K updates with the optimizer at the preset's lr), `param_change` (share
-of the master elements that got a gradient which moved; also of all), `save` (the policy folder written file by file by the processes
-owning the files, as the TRL engine checkpoints, with a sha256 per tensor and the trainer's
-log-probs of the fixed sequences), `vllm_resync` (the trained
-weights through TRL's sync, vLLM's log-probs against the trainer's).
+generate), `update` (the K updates with the optimizer at the preset's lr), `param_change`
+(share of the master elements with a gradient that moved; also of all), `save` (the policy
+folder written file by file by the processes owning the files, as the TRL engine checkpoints,
+with a sha256 per tensor and the trainer's log-probs of the fixed sequences), `vllm_resync`
+(the trained weights through TRL's sync, vLLM's log-probs against the trainer's).
 `reload` (one fresh process): the saved folder loaded with plain transformers, its tensors'
 sha256 and its logits compared with what `save` wrote.
 
