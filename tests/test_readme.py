@@ -131,10 +131,30 @@ def test_each_pre_registered_finding_is_what_its_committed_aggregate_gives(row):
     tests/test_mechanism_claims.py)."""
     study, pid = cited(row)
     numbers, verdict = computed_verdicts(STUDIES[study])[pid]
-    assert row["verdict"] == verdict.split(" (")[0], (pid, row["verdict"], verdict)
+    assert row["verdict"] == readme_word(pid, numbers, verdict), (pid, row["verdict"], verdict)
     shown = NUMBER.findall(row["effect [95% CI]"])
     assert shown, row
     assert set(shown) <= set(NUMBER.findall(numbers)), (pid, shown, numbers)
+
+
+def readme_word(pid: str, numbers: str, verdict: str) -> str:
+    """The findings table's word for the engine's verdict: the same, except a gate that fails
+    although its whole interval lies above 0 reads "not shown" (the gain its bar asks for was not
+    shown; a reader must not take "fails" for "no gain": issue 47)."""
+    word = verdict.split(" (")[0]
+    interval = re.search(r"\[([+-]?\d+(?:\.\d+)?),", numbers)
+    gate = pid.split()[-1].startswith("G")
+    if word == "fails" and gate and interval and float(interval.group(1)) > 0:
+        return "not shown"
+    return word
+
+
+def test_a_failed_gate_above_zero_reads_not_shown_and_only_then():
+    assert readme_word("reuse G2", "Δ = +7.4 [+0.4, +15.2] points, 3 units", "fails") == \
+        "not shown"
+    assert readme_word("reuse G2", "Δ = +4.0 [-0.4, +9.2] points, 3 units", "fails") == "fails"
+    assert readme_word("P2", "AUC Δ = -4.3 [-6.4, -2.5] points", "fails") == "fails"
+    assert readme_word("P1", "AUC Δ = +9.4 [+7.0, +11.8] points", "holds") == "holds"
 
 
 def slug(heading: str) -> str:
