@@ -45,3 +45,27 @@ def test_the_nested_reading_on_the_page_is_the_engines(study):
         assert set(NUMBER.findall(row[-3])) <= set(NUMBER.findall(flat_numbers)), (key, row)
         assert set(NUMBER.findall(row[-2])) <= set(NUMBER.findall(nested_numbers)), (key, row)
         assert row[-1] == verdict, (key, row[-1], verdict)
+
+
+def test_the_engine_nests_study3s_units_in_their_start():
+    """Study 3's reuse Q1 (final avg@k twin), recomputed outside the engine: the paired
+    [units, problems] matrices, each unit's start taken from its key, the stats function with
+    those clusters. The engine's nested numbers are these; the flat ones are not."""
+    import numpy as np
+
+    from repro.evaluation.stats import paired_seed_bootstrap
+    from repro.reporting.verdict_metrics import Part, Scope, final_scores
+
+    agg = load_aggregate(ROOT / "results" / "offpolicy-study" / "aggregate")
+    scope = Scope((Part(tuple(agg.models()), "{arm}-reuse"),), by_seed=False)
+    a, b = (final_scores(agg, scope, arm) for arm in ("dfpo_min_prod", "gspo_fair"))
+    units = sorted(set(a) & set(b))
+    problems = sorted(set.intersection(*(set(a[u]) & set(b[u]) for u in units)))
+    x, y = (np.array([[side[u][p] for p in problems] for u in units]) for side in (a, b))
+    test = paired_seed_bootstrap(x, y, clusters=[u.rsplit("/", 1)[0] for u in units])
+    printed = f"{100 * test['diff']:+.1f} [{100 * test['lo']:+.1f}, {100 * test['hi']:+.1f}]"
+    spec = spec_for(agg.study.experiment)
+    rows = {(r[0], r[1]): r[-2] for r in verdict_tables_of(agg, spec, "nested")[0].rows}
+    flat = {(r[0], r[1]): r[-2] for r in verdict_tables_of(agg, spec)[0].rows}
+    assert f"final avg@k {printed} points" in rows["reuse", "Q1"], (printed, rows["reuse", "Q1"])
+    assert f"final avg@k {printed} points" not in flat["reuse", "Q1"]
