@@ -109,3 +109,22 @@ def test_the_admission_script_applies_the_registered_band():
     assert admit.admitted(lo) and admit.admitted(hi) and admit.admitted((lo + hi) / 2)
     assert not admit.admitted(lo - 1e-9) and not admit.admitted(hi + 1e-9)
     assert not admit.admitted(0.048)  # study 3's start that barely learned
+
+
+def test_the_file_runs_through_the_engine_on_study3s_reuse_runs():
+    """Before any study-4 run, its rules read study 3's aggregate (which has no geometric-mean
+    arm and 3 starts): every gate and prediction is computed, the nested estimator is named,
+    study 3's identity and Orth-Proj fail the stability check (their mean w_max 27 and 84) and
+    the predictions they are in read "unstable", as the pre-registration expects."""
+    from repro.reporting.load import load_aggregate
+    from repro.reporting.verdict import verdict_tables_of
+
+    table = verdict_tables_of(load_aggregate(ROOT / "results" / "offpolicy-study" / "aggregate"),
+                              SPEC)[0]
+    rows = {r[0]: r for r in table.rows}
+    assert list(rows) == [r.id for r in (*SPEC.gates, *SPEC.predictions)]
+    assert {i: rows[i][-1] for i in ("S1", "S2", "S3", "N1", "N2", "N3")} == {
+        "S1": "holds", "S2": "fails", "S3": "fails", "N1": "holds", "N2": "fails", "N3": "fails"}
+    assert rows["S4"][-2] == "no paired units" and rows["Q3"][-1] == "unstable"
+    assert {rows[q][-1] for q in ("Q2", "Q4", "Q5", "Q6", "Q8")} == {"unstable"}
+    assert table.notes[-1].startswith("Estimator: nested bootstrap")
