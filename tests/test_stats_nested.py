@@ -163,3 +163,18 @@ def test_nesting_units_without_a_cluster_are_refused(tmp_path):
 def test_bad_inference_keys_fail_naming_the_key(tmp_path, keys, message):
     with pytest.raises(SpecError, match=message):
         spec_with(tmp_path, **keys)
+
+
+def test_every_registered_table_names_its_estimator():
+    """A flat registered table says so in its own notes (as registered: "bootstrap ... over
+    seeds/units and problems"); a nested one gets the engine's note (test_offpolicy4_presets,
+    test_nested_readings). Every file that nests units declares the column they nest in."""
+    import re
+
+    for path in sorted(PREDICTIONS.glob("*.yaml")):
+        spec = load_spec(path)
+        assert spec.cluster == "run_model", path.name
+        if spec.estimator == "flat":
+            notes = " ".join(" ".join(spec.notes).split())
+            assert re.search(r"bootstrap (interval )?over (seeds|units) and problems", notes), \
+                path.name
