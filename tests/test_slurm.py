@@ -157,3 +157,33 @@ def test_the_plugin_reports_a_refusal_as_the_wrapper_expects():
 
     assert f'"{slurm.SBATCH_REFUSED}. "' in inspect.getsource(plugin.Executor.run_job)
     assert plugin.Executor._report_job_error_threadsafe  # the method the wrapper replaces
+
+
+def test_the_request_check_on_snakemakes_own_jobs(tmp_path):
+    """same_request_on_retry on real Snakemake jobs (its DAG of a two-rule Snakefile): a
+    request that grows with `attempt` can change on a retry, a constant one cannot."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import (
+        DAGSettings,
+        OutputSettings,
+        RemoteExecutionSettings,
+        ResourceSettings,
+    )
+
+    (tmp_path / "Snakefile").write_text(
+        'rule grows:\n    output: "a"\n    resources: mem_mb=lambda wc, attempt: 1000 * attempt\n'
+        '    shell: "touch {output}"\n'
+        'rule fixed:\n    output: "b"\n    resources: mem_mb=64000\n    shell: "touch {output}"\n')
+    with SnakemakeApi(OutputSettings()) as api:
+        wf = api.workflow(resource_settings=ResourceSettings(), workdir=tmp_path,
+                          snakefile=tmp_path / "Snakefile")
+        dag = wf.dag(dag_settings=DAGSettings(targets={"a", "b"}))
+        workflow = dag.workflow_api._workflow
+        workflow._prepare_dag(forceall=False, ignore_incomplete=False, lock_warn_only=True)
+        workflow._build_dag()
+        workflow.remote_execution_settings = RemoteExecutionSettings()  # read by restart_times
+        jobs = {job.rule.name: job for job in workflow.dag.jobs}
+        for job in jobs.values():
+            job.rule.restart_times = 2
+        assert not slurm.same_request_on_retry(jobs["grows"])
+        assert slurm.same_request_on_retry(jobs["fixed"])

@@ -157,12 +157,18 @@ def same_request_on_retry(job: Any) -> bool:
     rule = getattr(job, "rule", None)
     if rule is None or not hasattr(rule, "expand_resources"):
         return False
-    now = dict(job.resources.items())
-    for attempt in range(job.attempt + 1, job.restart_times + 2):
-        later = rule.expand_resources(job.wildcards_dict, job.input, attempt,
-                                      skip_evaluation={"tmpdir"})
-        if dict(later.items()) != now:
-            return False
+    def request(resources: Any) -> dict[str, Any]:  # tmpdir: evaluated in the job, not asked
+        return {k: v for k, v in resources.items() if k != "tmpdir"}
+
+    try:
+        now = request(job.resources)
+        for attempt in range(job.attempt + 1, job.restart_times + 2):
+            later = rule.expand_resources(job.wildcards_dict, job.input, attempt,
+                                          skip_evaluation={"tmpdir"})
+            if request(later) != now:
+                return False
+    except Exception:  # never lose the plugin's error report to this check: keep the retries
+        return False
     return True
 
 
