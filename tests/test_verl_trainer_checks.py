@@ -147,3 +147,13 @@ def test_agg_refusals_list_only_what_the_mode_takes(mode, capsys):
     for agg in listed:  # every listed mode passes the check
         assert main_ok([*argv[:-1], f"actor_rollout_ref.actor.loss_agg_mode={agg}"]), agg
     assert ("seq-mean-token-mean" in listed) == (mode == "grpo_fix")
+
+
+def test_the_docs_list_the_estimators_that_pass():
+    """docs/integrations.md names the estimators the check accepts in verl 0.9.1: the list is
+    the check's own answer on the documented overrides."""
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "integrations.md")
+                    .read_text().split())
+    listed = text.split("In verl 0.9.1 those are ", 1)[1].split(";", 1)[0]
+    names = [n.strip("` ,.") for n in listed.replace(" and ", ", ").split(",")]
+    assert names == accepted_estimators(compose(doc_overrides()).algorithm)
