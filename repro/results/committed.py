@@ -43,6 +43,15 @@ def object_id(root: Path, rel: str) -> tuple[str, str]:
     return oid, _git(root, "cat-file", "-t", oid).decode().strip()
 
 
+def committed_id(root: Path, rel: str) -> str:
+    """`rel`'s object id at HEAD, or "" where git does not hold it (a rule's param: committing
+    another aggregate reruns the comparison with it)."""
+    try:
+        return object_id(root, rel)[0]
+    except NotCommitted:
+        return ""
+
+
 def export(root: Path, rel: str, dest: Path) -> Path:
     """Write HEAD's `rel` (a file or a folder) to `dest/rel` and return that path; `dest/rel`
     must not exist yet. Git LFS pointers would come out as pointers: the results are plain
