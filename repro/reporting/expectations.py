@@ -31,7 +31,7 @@ from repro.reporting.scores import compare, estimate
 from repro.reporting.study import Study
 from repro.reporting.verdict_metrics import Part, Scope, final_scores
 from repro.reporting.verdict_spec import START
-from repro.results.committed import NotCommitted, export
+from repro.results.committed import NotCommitted, changed, committed_id, export
 from repro.results.manifest import check_inputs
 
 FILES = (CURVES_OUT, RUNS_OUT, PROBLEMS_OUT, SAMPLES_OUT)
@@ -137,8 +137,15 @@ def _line(key: str, mine: Number | None, committed: Number | None, study: Study)
 def summary(root: Path, folder: str) -> tuple[list[str], bool]:
     """(the summary's lines, whether the run's aggregate could be read) for the aggregate in
     `root/folder` (`folder` relative to the repository root, as git names it)."""
+    lines, readable = _summary(root, folder)
+    if committed_id(root, folder) and changed(root, folder):  # never replaced silently
+        lines += ["", f"This run replaced the committed files in {folder}; "
+                  f"`git checkout -- {folder}` restores them."]
+    return [ln.replace(f"{root}/", "") for ln in lines], readable
+
+
+def _summary(root: Path, folder: str) -> tuple[list[str], bool]:
     path = root / folder
-    restore = f"To restore the committed files: `git checkout -- {folder}`."
     title = f"**This run's aggregate ({folder}) against the committed one (git HEAD)**"
     try:
         check_inputs([path / name for name in FILES])
@@ -154,20 +161,20 @@ def summary(root: Path, folder: str) -> tuple[list[str], bool]:
             check_inputs([theirs_path / name for name in FILES])
             theirs = load_aggregate(theirs_path)
         except ValueError as err:
-            return [title, "", f"Cannot read the committed aggregate: {err}", "", restore], True
+            return [title, "", f"Cannot read the committed aggregate: {err}"], True
         other = _other_study(mine, theirs)
         if other is not None:
             return [title, "", f"Not comparable: {path / RUNS_OUT} is from another study than "
                     f"the committed one: {other}; the README's ranges are for the committed "
-                    "study.", "", restore], True
+                    "study."], True
         differ = exact_differences(theirs_path, path)
         machines = [", ".join(cpus(p)) for p in (path, theirs_path)]
         numbers = [headline_numbers(a) for a in (mine, theirs)]
     if not differ:
         return [title, "", "Exact: every value equals the committed one, the wall-clock seconds "
-                "aside (`repro compare --exact`).", "", restore], True
+                "aside (`repro compare --exact`)."], True
     lines = [title, "", f"Not exact: {len(differ)} column(s) differ from the committed "
              f"aggregate (`repro compare --exact`); this run on {machines[0]}, the committed one "
              f"on {machines[1]}. Against the README's \"What to expect on your machine\":", ""]
     lines += [_line(key, numbers[0][key], numbers[1][key], mine.study) for key in HEADLINES]
-    return [*lines, "", restore], True
+    return lines, True

@@ -52,6 +52,11 @@ def committed_id(root: Path, rel: str) -> str:
         return ""
 
 
+def changed(root: Path, rel: str) -> bool:
+    """Whether the working tree's `rel` differs from HEAD's (modified, deleted or new files)."""
+    return bool(_git(root, "status", "--porcelain", "--", rel).strip())
+
+
 def export(root: Path, rel: str, dest: Path) -> Path:
     """Write HEAD's `rel` (a file or a folder) to `dest/rel` and return that path; `dest/rel`
     must not exist yet. Git LFS pointers would come out as pointers: the results are plain
