@@ -35,6 +35,7 @@ def object_id(root: Path, rel: str) -> tuple[str, str]:
     if not (root / ".git").exists():
         raise NotCommitted(f"{root} is not a git checkout (a tarball?): the committed results "
                            "are read from git")
+    _git(root, "rev-parse", "--verify", "HEAD")  # a repository git refuses says why, here
     spec = f"HEAD:{rel.strip('/')}"
     try:
         oid = _git(root, "rev-parse", "--verify", "--quiet", spec).decode().strip()
