@@ -188,3 +188,14 @@ def test_the_cache_is_shared_read_only_and_safe_under_concurrent_workers(tmp_pat
 def test_a_path_not_in_head_is_an_error_not_a_skip():
     with pytest.raises(NotCommitted, match="results/no-such-study is not committed"):
         helper.committed("results/no-such-study")
+
+
+def test_ci_runs_the_test_command_on_another_cpus_aggregate():
+    """.ci/run replaces results/aggregate with the Xeon's committed run before the README's test
+    command, as the README's first command would on that CPU, and restores it after."""
+    lines = [ln.strip() for ln in (helper.ROOT / ".ci" / "run").read_text().splitlines()]
+    test = lines.index("python -m pytest")
+    swap = lines.index("cp -r results/rerun-intel-xeon/aggregate results/aggregate")
+    assert lines.index("rm -rf results/aggregate") < swap < test
+    assert lines.index("git checkout -- results/aggregate  # the committed aggregate back for "
+                       "the stages below") == test + 1
