@@ -172,3 +172,13 @@ def test_the_command_writes_the_summary_and_fails_only_on_a_damaged_run(clone, m
     (clone / AGG / "runs.parquet").write_bytes(b"not parquet")
     result = CliRunner().invoke(app, ["expectations", "--out", str(out)])
     assert result.exit_code == 1 and "Cannot compare: " in out.read_text()
+
+
+def test_another_experiments_rerun_gets_no_ranges(clone, monkeypatch):
+    """The README's ranges are the tiny default's: a rerun of another committed study (here the
+    Xeon's, with the ranges said to be another experiment's) is told exact or not, no more."""
+    _run_over(clone, committed("results/rerun-intel-xeon/aggregate"))
+    monkeypatch.setattr(ex, "EXPERIMENT", "tiny-study")
+    lines, readable = ex.summary(clone, AGG)
+    assert readable and not [ln for ln in lines if ln.startswith("- ")], lines
+    assert "ranges for the tiny default (experiment 'tiny-study') alone, not 'tiny'" in lines[2]

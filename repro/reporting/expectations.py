@@ -4,13 +4,14 @@ expect on your machine", which live here as data (`RANGES`): the README's lines 
 `readme_lines()` (tests/test_expectations.py holds the page to them), and the summary checks
 the run against the same numbers.
 
-The README states its ranges to whole points (about 42-51%, +29 to +33 points), so a number is
-inside when it rounds into its range at that precision (the committed aggregate's own GRPO gain,
-+28.9, reads +29). The paired method difference has no range of its own: it must fall inside the
-committed aggregate's 95% interval. Every number comes from the verdict engine's readers
-(repro.reporting.verdict_metrics.final_scores, pooled over benchmarks as the verdicts pool) and
-repro.reporting.scores (estimate, compare), so the summary shows what the verdict table's V and
-P1 rows show.
+The ranges are the tiny default's (experiment "tiny"); another committed study's rerun is said
+to be exact or not, with no ranges. The README states its ranges to whole points (about 42-51%,
++29 to +33 points), so a number is inside when it rounds into its range at that precision (the
+committed aggregate's own GRPO gain, +28.9, reads +29). The paired method difference has no
+range of its own: it must fall inside the committed aggregate's 95% interval. Every number
+comes from the verdict engine's readers (repro.reporting.verdict_metrics.final_scores, pooled
+over benchmarks as the verdicts pool) and repro.reporting.scores (estimate, compare), so the
+summary shows what the verdict table's V and P1 rows show.
 
 The committed aggregate is read from git (repro.results.committed), never from the working tree,
 which the run has just rewritten. A run of another study (another preset's settings or runs),
@@ -65,6 +66,7 @@ class Headline:
 # kernel sets (docs/sft-robustness.md, sections 7-9), starts of 42.6-50.9% and GRPO gains of
 # +29.3 to +32.4 points.
 RANGES = {"start": Range(42, 51), "grpo_gain": Range(29, 33)}
+EXPERIMENT = "tiny"  # the tiny default's: the README states ranges for it alone
 HEADLINES = {
     "start": Headline("SFT start accuracy (held out)", START, None, RANGES["start"]),
     "grpo_gain": Headline("GRPO gain over the start", "grpo", START, RANGES["grpo_gain"]),
@@ -173,8 +175,11 @@ def _summary(root: Path, folder: str) -> tuple[list[str], bool]:
     if not differ:
         return [title, "", "Exact: every value equals the committed one, the wall-clock seconds "
                 "aside (`repro compare --exact`)."], True
-    lines = [title, "", f"Not exact: {len(differ)} column(s) differ from the committed "
-             f"aggregate (`repro compare --exact`); this run on {machines[0]}, the committed one "
-             f"on {machines[1]}. Against the README's \"What to expect on your machine\":", ""]
+    moved = (f"Not exact: {len(differ)} column(s) differ from the committed aggregate (`repro "
+             f"compare --exact`); this run on {machines[0]}, the committed one on {machines[1]}.")
+    if mine.study.experiment != EXPERIMENT:
+        return [title, "", f"{moved} The README states ranges for the tiny default (experiment "
+                f"{EXPERIMENT!r}) alone, not {mine.study.experiment!r}: compare the tables."], True
+    lines = [title, "", f"{moved} Against the README's \"What to expect on your machine\":", ""]
     lines += [_line(key, numbers[0][key], numbers[1][key], mine.study) for key in HEADLINES]
     return lines, True
