@@ -1,6 +1,7 @@
 # Tables, figures, the paper's reference numbers and the exact tabular experiment. Tables and
 # figures read only the aggregate Parquet (committed for the tiny default), so `snakemake tables`
-# and `snakemake figures` work on a fresh clone without training.
+# and `snakemake figures` work on a fresh clone without training. Last, `expectations` compares
+# the run's aggregate with the committed one, read from git.
 
 
 rule paper_reference:
