@@ -3,12 +3,17 @@
 # Stages live in rules/*.smk; rules/common.smk runs the parse-time checks and names what the rules
 # use (run keys, targets, output layout, source digests: repro/pipeline), rules/launch.smk the job
 # environments and the train launcher.
+import time
+
 from snakemake.utils import min_version
 
 min_version("9.20")
 
 
 configfile: "config/config.yaml"
+
+
+STARTED = time.time()  # onsuccess prints the summary only if this invocation wrote it
 
 
 report: "rules/report/workflow.rst"
@@ -33,6 +38,13 @@ include: "rules/aggregate.smk"
 include: "rules/report.smk"
 
 
+onsuccess:
+    # the main job's last step said where this run stands (rule expectations): said last
+    summary = Path(layout.expectations_file)
+    if summary.is_file() and summary.stat().st_mtime >= STARTED:
+        print(f"\n{summary.read_text()}", flush=True)
+
+
 onstart:
     if jobs.missing_pins:  # real runs only: a dry run without data.lock.yaml just warns
         refuse(f"config: {jobs.missing_pins}")
@@ -52,6 +64,7 @@ localrules:
     aggregate,
     tables,
     figures,
+    expectations,
     paper_reference,
     ablations,
 

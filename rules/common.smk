@@ -13,6 +13,7 @@ from repro.pipeline.layout import (FIGURES, INIT_MODEL_DIR, MODEL_DIR, PAPER_REF
                                    TABLES, THEORY_DIR)
 from repro.pipeline.sources import job_digests
 from repro.plan import plan_jobs
+from repro.results.committed import committed_id
 from repro.results.manifest import quarantine
 
 try:

@@ -1,6 +1,7 @@
 # Tables, figures, the paper's reference numbers and the exact tabular experiment. Tables and
 # figures read only the aggregate Parquet (committed for the tiny default), so `snakemake tables`
-# and `snakemake figures` work on a fresh clone without training.
+# and `snakemake figures` work on a fresh clone without training. Last, `expectations` compares
+# the run's aggregate with the committed one, read from git.
 
 
 rule paper_reference:
@@ -69,6 +70,28 @@ rule figures:
         "../envs/cpu.yaml"
     shell:
         "python -m repro figures --aggregate {params.aggregate} --out {params.out} > {log} 2>&1"
+
+
+rule expectations:
+    """The main job's last step: this run's aggregate against the committed one (read from
+    git): "exact", or which headline numbers fall inside the README's ranges, and how to restore
+    the committed files (repro/reporting/expectations.py). The Snakefile's onsuccess prints it."""
+    input:
+        aggregate=layout.aggregate_files(),
+        tables=layout.table_files(),
+        figures=layout.figure_files(),
+    output:
+        layout.expectations_file,
+    log:
+        f"{layout.log_dir}/expectations/expectations.log",
+    params:
+        aggregate=lambda wildcards, input: Path(input.aggregate[0]).parent,
+        committed=committed_id(Path(workflow.basedir), layout.agg_dir),
+        code=CODE["expectations"],
+    conda:
+        "../envs/cpu.yaml"
+    shell:
+        "python -m repro expectations --aggregate {params.aggregate} --out {output} > {log} 2>&1"
 
 
 rule theory:

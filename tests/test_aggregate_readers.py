@@ -13,8 +13,9 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from committed import committed
 
-AGGREGATE = Path(__file__).resolve().parents[1] / "results" / "aggregate"
+AGGREGATE = committed("results/aggregate")
 FILES = ["train_curves", "runs", "eval_problems", "eval_samples"]
 
 

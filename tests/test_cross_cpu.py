@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from committed import committed
 
-ROOT = Path(__file__).resolve().parents[1]
-EPYC = ROOT / "results" / "aggregate"
-XEON = ROOT / "results" / "rerun-intel-xeon-from-start" / "aggregate"
-AVX2 = ROOT / "results" / "rerun-xeon-avx2-main-comparison" / "aggregate"
+EPYC = committed("results/aggregate")
+XEON = committed("results/rerun-intel-xeon-from-start/aggregate")
+AVX2 = committed("results/rerun-xeon-avx2-main-comparison/aggregate")
 RUN = ["run_algo", "run_model", "run_group_size", "run_seed"]
 SAMPLE = [*RUN, "frac", "checkpoint", "seed", "benchmark", "problem_id", "sample_idx"]
 
@@ -53,7 +53,7 @@ def test_every_accuracy_gain_and_verdict_of_the_tables_is_equal(tmp_path):
     numbers in P3's text): the verdicts themselves are equal."""
     from repro.reporting.tables import write_tables
 
-    paper = ROOT / "results" / "paper" / "reference.parquet"
+    paper = committed("results/paper/reference.parquet")
     for side, aggregate in (("epyc", EPYC), ("xeon", XEON)):
         write_tables(aggregate, tmp_path / side, paper)
 

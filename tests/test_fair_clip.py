@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from committed import committed
 
 from repro.objectives.gspo import GSPOConfig
 from repro.plan import load_config
@@ -26,7 +27,6 @@ from repro.reporting.fair_clip import (
 ROOT = Path(__file__).resolve().parents[1]
 PILOT = ROOT / "config" / "presets" / "offpolicy-pilot.yaml"
 STUDY = ROOT / "config" / "presets" / "offpolicy-study.yaml"
-PILOT_AGGREGATE = ROOT / "results" / "offpolicy-pilot" / "aggregate"
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_the_rules_numbers_are_the_pre_registrations():
 def test_the_study_presets_fair_gspo_is_the_rule_on_the_committed_pilot(pilot):
     study = load_config(ROOT / "config" / "config.yaml", [STUDY])
     paper = GSPOConfig()
-    for clip in fair_clips(pilot, PILOT_AGGREGATE):
+    for clip in fair_clips(pilot, committed("results/offpolicy-pilot/aggregate")):
         objective = study["algorithms"][f"gspo_fair-{clip.source}"].get("objective", {})
         found = (objective.get("eps_low", paper.eps_low), objective.get("eps_high", paper.eps_high))
         assert found == (clip.eps_low, clip.eps_high), clip.source
@@ -112,4 +112,4 @@ def test_the_study_presets_fair_gspo_is_the_rule_on_the_committed_pilot(pilot):
 
 def test_the_results_page_shows_the_pilots_table_as_the_rule_gives_it(pilot):
     page = (ROOT / "docs" / "results.md").read_text()
-    assert markdown(fair_clips(pilot, PILOT_AGGREGATE)) in page
+    assert markdown(fair_clips(pilot, committed("results/offpolicy-pilot/aggregate"))) in page

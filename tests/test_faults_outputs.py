@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from committed import copy_committed
 from test_reporting import write_eval, write_train
 from typer.testing import CliRunner
 
@@ -226,7 +227,7 @@ def test_a_failing_aggregate_job_leaves_the_committed_aggregate(tmp_path):
     """The real rule (rules/aggregate.smk) under Snakemake: its update() outputs are neither
     deleted before the job nor after its failure."""
     files = [recorded_run(tmp_path / "in"), recorded_eval(tmp_path / "in")]
-    shutil.copytree(ROOT / "results" / "aggregate", tmp_path / "results" / "aggregate")
+    copy_committed(tmp_path, "results/aggregate")
     before = snapshot(tmp_path / "results" / "aggregate")
     (tmp_path / "Snakefile").write_text(SNAKEFILE.format(
         log=files[0].relative_to(tmp_path), problems=files[1].relative_to(tmp_path),
@@ -253,10 +254,10 @@ def test_snakemake_moves_a_damaged_output_aside_and_says_why(tmp_path):
     """Parse time: the damaged train log of a run of the default config is moved aside in one
     line, so the plan rebuilds it. The copy holds what a fresh clone holds (the committed
     results only), whatever the pipeline already left in this checkout (issue 22)."""
-    for name in ("Snakefile", "rules", "config", "profiles", "envs", "repro", "results/aggregate",
-                 "results/paper"):
+    for name in ("Snakefile", "rules", "config", "profiles", "envs", "repro"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    copy_committed(tmp_path, "results/aggregate", "results/paper")
     log = recorded_run(tmp_path / "results" / "stage")
     run = tmp_path / "results" / "runs" / "algo=gspo" / "model=tiny" / "group_size=8" / "seed=0"
     run.mkdir(parents=True)

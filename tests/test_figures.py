@@ -5,9 +5,9 @@ algorithm pooled over models and seeds (one legend entry per algorithm, none per
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from committed import committed
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.style import context as style_context
@@ -15,15 +15,16 @@ from matplotlib.style import context as style_context
 from repro.reporting.figures import FIGURES, STYLE
 from repro.reporting.load import load_aggregate
 
-ROOT = Path(__file__).resolve().parents[1]
-AGGREGATES = ("results/aggregate", "results/tiny-study/aggregate",
-              "results/mechanism-study/aggregate")
+AGGREGATES = {"aggregate": committed("results/aggregate"),
+              "tiny-study": committed("results/tiny-study/aggregate"),
+              "mechanism-study": committed("results/mechanism-study/aggregate")}
 UNIT = re.compile(r"\(.+\)\s*$")  # "... (nats per token)": the unit in parentheses, last
 
 
-@pytest.fixture(scope="module", params=AGGREGATES)
+@pytest.fixture(scope="module", params=list(AGGREGATES.values()),
+                ids=list(AGGREGATES))
 def rendered(request) -> dict[str, Figure]:
-    agg = load_aggregate(ROOT / request.param)
+    agg = load_aggregate(request.param)
     figures = {}
     with style_context(STYLE):
         for name, build in FIGURES.items():

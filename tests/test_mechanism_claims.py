@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from committed import committed
 from scipy import stats
 
 from repro.reporting.load import load_aggregate
@@ -26,7 +27,7 @@ from repro.reporting.scores import compare
 from repro.reporting.verdict_metrics import auc_units
 
 ROOT = Path(__file__).resolve().parents[1]
-AGG = ROOT / "results" / "mechanism-study" / "aggregate"
+AGG = committed("results/mechanism-study/aggregate")
 README, RESULTS = ROOT / "README.md", ROOT / "docs" / "results.md"
 PREREG = "docs/preregistration-2.md"
 PREREG_COMMIT = "27bc508"  # the pre-registration as committed before the study's RL runs

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from committed import committed
 
 ROOT = Path(__file__).resolve().parents[1]
-AGG = ROOT / "results" / "offpolicy-study" / "aggregate"
+AGG = committed("results/offpolicy-study/aggregate")
 HEADING = "## Study 3: realistic off-policy sources"
 SOURCES = ("reuse", "stale", "bf16")
 NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")

@@ -117,7 +117,8 @@ def command_imports(path: Path, function: str) -> set[str]:
     ("theory", "cli", "theory"), ("aggregate", "reporting/commands", "aggregate_cmd"),
     ("tables", "reporting/commands", "tables_cmd"),
     ("figures", "reporting/commands", "figures_cmd"),
-    ("paper_reference", "reporting/commands", "paper_reference_cmd")])
+    ("paper_reference", "reporting/commands", "paper_reference_cmd"),
+    ("expectations", "reporting/commands", "expectations_cmd")])
 def test_entry_points_are_what_the_rules_commands_import(job, module, function):
     imported = command_imports(ROOT / "repro" / f"{module}.py", function)
     assert set(ENTRY_POINTS[job]) <= imported, (ENTRY_POINTS[job], imported)

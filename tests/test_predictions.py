@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from committed import committed
 
 from repro.reporting.load import load_aggregate
 from repro.reporting.render import write_report
@@ -36,9 +37,9 @@ from repro.reporting.verdict_spec import (
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = Path(__file__).with_name("fixtures") / "verdicts"
-AGGREGATES = {"tiny-study": "results/tiny-study/aggregate",
-              "mechanism-study": "results/mechanism-study/aggregate",
-              "aggregate": "results/aggregate"}
+AGGREGATES = {"tiny-study": committed("results/tiny-study/aggregate"),
+              "mechanism-study": committed("results/mechanism-study/aggregate"),
+              "aggregate": committed("results/aggregate")}
 SPECS = sorted(PREDICTIONS.glob("*.yaml"))
 # what a metric is called in a pre-registration's prose
 PROSE = {"final_accuracy": ("avg@", "Δ"), "auc": ("AUC",), "tokens_to_threshold": ("tokens",),
@@ -54,15 +55,14 @@ KNOWN_DIFFERENCES = {
 
 @pytest.fixture(scope="module")
 def aggregates():
-    return {name: load_aggregate(ROOT / path) for name, path in AGGREGATES.items()}
+    return {name: load_aggregate(path) for name, path in AGGREGATES.items()}
 
 
 @pytest.mark.parametrize("name", sorted(AGGREGATES))
 def test_the_committed_verdict_tables_regenerate_byte_equal(name, aggregates, tmp_path):
     """`repro tables`' verdict.md/.tex, rebuilt from the committed aggregate through the
     predictions file of its experiment, equal the committed ones byte for byte."""
-    tables = with_footer(verdict_tables(aggregates[name]), environment_notes(ROOT / AGGREGATES[
-        name]))
+    tables = with_footer(verdict_tables(aggregates[name]), environment_notes(AGGREGATES[name]))
     for path in write_report(tmp_path, "verdict", tables):
         assert path.read_bytes() == (COMMITTED / name / path.name).read_bytes(), path.name
 

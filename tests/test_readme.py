@@ -14,6 +14,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from committed import committed
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -100,7 +101,7 @@ def computed_verdicts(study: str) -> dict[str, tuple[str, str]]:
     from repro.reporting.load import load_aggregate
     from repro.reporting.verdict import verdict_tables
 
-    table = verdict_tables(load_aggregate(ROOT / "results" / study / "aggregate"))[0]
+    table = verdict_tables(load_aggregate(committed(f"results/{study}/aggregate")))[0]
     assert table.header[-3:] == ["prediction", "numbers", "verdict"], table.header
     if table.header[0] == "id":
         return {row[0]: (row[-2], row[-1]) for row in table.rows}

@@ -23,6 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from committed import copy_committed
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = sorted(p.name for p in (ROOT / "config" / "presets").glob("*.yaml"))
@@ -374,7 +375,8 @@ def test_killed_training_job_resumes_from_its_checkpoint(tmp_path):
 @pytest.mark.slow
 def test_tables_and_figures_from_the_committed_aggregate_alone(tmp_path):
     """A fresh clone: no runs, only results/aggregate and results/paper."""
-    wd = copy_workflow(tmp_path, extra=("results/aggregate", "results/paper"))
+    wd = copy_workflow(tmp_path)
+    copy_committed(wd, "results/aggregate", "results/paper")
     # the run's own plan (its Job stats) is what a dry run would plan: no separate parse
     planned = jobs_planned(ok(snakemake("--cores", "2", "tables", "figures", cwd=wd), wd))
     assert set(planned) == {"tables", "figures"}, planned
@@ -405,7 +407,8 @@ def test_the_study_verdicts_come_from_its_committed_aggregate_and_match_its_page
     aggregate and the paper reference), writes verdict.md; its verdicts are the ones the page
     that reports the study shows."""
     page, heading, ids = STUDIES[study]
-    wd = copy_workflow(tmp_path, extra=(f"results/{study}/aggregate", "results/paper"))
+    wd = copy_workflow(tmp_path)
+    copy_committed(wd, f"results/{study}/aggregate", "results/paper")
     args = ("tables", "--cores", "2", "--configfile", f"config/presets/{study}.yaml")
     assert set(jobs_planned(ok(snakemake(*args, cwd=wd), wd))) == {"tables"}  # as a dry run's
     table = (wd / "results" / study / "tables" / "verdict.md").read_text()

@@ -148,9 +148,11 @@ class Jobs:
         return files
 
     def final_targets(self) -> list[str]:
-        """`snakemake` with no target: every run, evaluation, aggregate, table and figure."""
+        """`snakemake` with no target: every run, evaluation, aggregate, table and figure, and
+        last the comparison of this run's aggregate with the committed one."""
         return (self.train_logs() + self.eval_problems() + self.layout.table_files()
-                + self.layout.figure_files() + [f"{THEORY_DIR}/theory.parquet"])
+                + self.layout.figure_files() + [f"{THEORY_DIR}/theory.parquet",
+                                                self.layout.expectations_file])
 
     def ablation_targets(self) -> list[str]:
         """`snakemake ablations`: the ablation runs, then the table and figure that read them."""

@@ -88,6 +88,11 @@ class Layout:
     def aggregate_files(self) -> list[str]:
         return [f"{self.agg_dir}/{name}.parquet" for name in AGGREGATES]
 
+    @property
+    def expectations_file(self) -> str:
+        """The main job's last step: this run against the committed aggregate (issue 46)."""
+        return f"{self.table_dir}/expectations.md"
+
     def table_files(self) -> list[str]:
         return [f"{self.table_dir}/{name}.{ext}" for name in TABLES for ext in ("md", "tex")]
 

@@ -35,6 +35,7 @@ ENTRY_POINTS = {
     "aggregate": ("repro.reporting.aggregate",),
     "tables": ("repro.reporting.tables",),
     "figures": ("repro.reporting.figures",),
+    "expectations": ("repro.reporting.expectations",),
     "paper_reference": ("repro.reporting.paper_numbers",),
     "theory": ("repro.theory.experiment",),
 }

@@ -21,6 +21,7 @@ def register(app: typer.Typer) -> None:
     app.command("paper-reference")(paper_reference_cmd)
     app.command("compare")(compare_cmd)
     app.command("fair-clip")(fair_clip_cmd)
+    app.command("expectations")(expectations_cmd)
 
 
 def _fail(command: str, err: Exception) -> typer.Exit:
@@ -136,6 +137,28 @@ def compare_cmd(
         problems += differ
     if problems:
         typer.echo("\n".join(f"repro compare: {line}" for line in problems), err=True)
+        raise typer.Exit(1)
+
+
+def expectations_cmd(
+    aggregate: Annotated[Path, typer.Option(help="This run's aggregate folder, relative to the "
+                                            "repository root.")] = Path("results/aggregate"),
+    out: Annotated[Path | None, typer.Option(help="Also write the summary here (Markdown).")
+                   ] = None,
+) -> None:
+    """This run's aggregate against the committed one (read from git): "exact", or which
+    headline numbers fall inside the README's ranges, and how to restore the committed files.
+    Exit 1 only when this run's aggregate is missing or damaged."""
+    from repro.atomic import atomic_file
+    from repro.reporting.expectations import summary
+
+    lines, readable = summary(Path.cwd(), aggregate.as_posix())
+    text = "\n".join(lines) + "\n"
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_file(out, lambda tmp: tmp.write_text(text))
+    typer.echo(text, nl=False)
+    if not readable:
         raise typer.Exit(1)
 
 
