@@ -47,9 +47,10 @@ def unit_means(scores: dict) -> dict[str, float]:
     return {u: 100 * float(np.mean(list(v.values()))) for u, v in scores.items()}
 
 
-def study3_spreads() -> dict[str, float]:
-    """mean gain, between-start sd, within-start sd and per-problem sd, in points."""
-    agg = load_aggregate(AGGREGATE)
+def study3_spreads(aggregate: Path = AGGREGATE) -> dict[str, float]:
+    """mean gain, between-start sd, within-start sd and per-problem sd, in points, of study 3's
+    aggregate (the tests pass the committed one, read from git)."""
+    agg = load_aggregate(aggregate)
     scope = Scope((Part(tuple(agg.models()), "{arm}-" + SOURCE),), by_seed=False)
     start, grpo = final_scores(agg, scope, "start"), final_scores(agg, scope, "grpo")
     per_start: dict[str, list[float]] = {}

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from committed import committed
 
 from repro.reporting.load import load_aggregate
 from repro.reporting.verdict import verdict_tables_of
@@ -29,7 +30,7 @@ def page_rows(heading: str) -> list[list[str]]:
 
 @pytest.mark.parametrize("study", sorted(READINGS))
 def test_the_nested_reading_on_the_page_is_the_engines(study):
-    agg = load_aggregate(ROOT / "results" / study / "aggregate")
+    agg = load_aggregate(committed(f"results/{study}/aggregate"))
     spec = spec_for(agg.study.experiment)
     assert "nested" in spec.secondary and spec.estimator == "flat"
     flat, nested = (verdict_tables_of(agg, spec, e)[0] for e in ("flat", "nested"))
@@ -56,7 +57,7 @@ def test_the_engine_nests_study3s_units_in_their_start():
     from repro.evaluation.stats import paired_seed_bootstrap
     from repro.reporting.verdict_metrics import Part, Scope, final_scores
 
-    agg = load_aggregate(ROOT / "results" / "offpolicy-study" / "aggregate")
+    agg = load_aggregate(committed("results/offpolicy-study/aggregate"))
     scope = Scope((Part(tuple(agg.models()), "{arm}-reuse"),), by_seed=False)
     a, b = (final_scores(agg, scope, arm) for arm in ("dfpo_min_prod", "gspo_fair"))
     units = sorted(set(a) & set(b))

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from committed import committed
 
 from repro.pipeline.jobs import Jobs
 from repro.plan import load_config
@@ -119,7 +120,7 @@ def test_the_file_runs_through_the_engine_on_study3s_reuse_runs():
     from repro.reporting.load import load_aggregate
     from repro.reporting.verdict import verdict_tables_of
 
-    table = verdict_tables_of(load_aggregate(ROOT / "results" / "offpolicy-study" / "aggregate"),
+    table = verdict_tables_of(load_aggregate(committed("results/offpolicy-study/aggregate")),
                               SPEC)[0]
     rows = {r[0]: r for r in table.rows}
     assert list(rows) == [r.id for r in (*SPEC.gates, *SPEC.predictions)]

@@ -9,8 +9,10 @@ import re
 from pathlib import Path
 
 import pytest
+from committed import committed
 
 ROOT = Path(__file__).resolve().parents[1]
+STUDY3 = committed("results/offpolicy-study/aggregate")
 PROSE = " ".join((ROOT / "docs" / "preregistration-4.md").read_text(encoding="utf-8").split())
 
 
@@ -22,7 +24,7 @@ def script():
 
 
 def test_study3_spreads_are_the_ones_the_preregistration_prints():
-    spreads = script().study3_spreads()
+    spreads = script().study3_spreads(STUDY3)
     printed = (f"GRPO's mean gain {spreads['mean']:.1f} points, between-start sd "
                f"{spreads['between']:.1f}, within-start sd {spreads['within']:.1f}")
     assert printed in PROSE, printed
@@ -39,7 +41,7 @@ def test_the_gate_the_script_simulates_is_the_registered_one():
 @pytest.mark.slow
 def test_the_power_table_reproduces_and_sets_the_number_of_starts():
     power = script()
-    spreads = power.study3_spreads()
+    spreads = power.study3_spreads(STUDY3)
     table = dict(re.findall(r"\| (\d+) x 2 \| (0\.\d\d) \|", PROSE))
     assert sorted(map(int, table)) == sorted(power.DESIGNS)
     got = {starts: power.power(spreads, starts) for starts in power.DESIGNS}
