@@ -17,7 +17,7 @@ from repro.reporting.load import load_aggregate
 
 ROOT = Path(__file__).resolve().parents[1]
 AGGREGATES = ("results/aggregate", "results/tiny-study/aggregate",
-              "results/mechanism-study/aggregate")
+              "results/mechanism-study/aggregate", "results/offpolicy-study/aggregate")
 UNIT = re.compile(r"\(.+\)\s*$")  # "... (nats per token)": the unit in parentheses, last
 
 

@@ -75,15 +75,19 @@ def figures_cmd(
     out: Annotated[Path, typer.Option(help="Output folder for NAME.pdf and NAME.png.")] = Path(
         "results/figures"
     ),
+    docs: Annotated[bool, typer.Option(
+        "--docs", help="Instead: the PNGs docs/results.md shows, each from its study's committed "
+        "aggregate, under docs/figures (repro.reporting.figures.DOC_FIGURES).")] = False,
 ) -> None:
     """PDF and PNG figures from the aggregate Parquet alone (a figure without data says so)."""
-    from repro.reporting.figures import write_figures
+    from repro.reporting.figures import write_doc_figures, write_figures
 
     try:
-        paths = write_figures(aggregate, out)
+        paths = (write_doc_figures(Path("."), Path("docs/figures")) if docs
+                 else write_figures(aggregate, out))
     except ValueError as err:
         raise _fail("figures", err) from None
-    typer.echo(f"wrote {len(paths)} files under {out}")
+    typer.echo(f"wrote {len(paths)} files under {'docs/figures' if docs else out}")
 
 
 def paper_reference_cmd(
