@@ -147,17 +147,17 @@ def budget_panels(agg: Aggregate) -> list[BudgetPanel]:
             panels.append(BudgetPanel(f"ablations: A - {s.proposed}", s.proposed,
                                       s.ablation_algos, scope))
         return panels
-    reference = next((a for sub in spec.subsets if (a := _bare(sub, s.baseline))), s.baseline)
+    reference = next((a for sub in spec.subsets if (a := subset_arm(sub, s.baseline))), s.baseline)
     out = []
     for sub in spec.subsets:
-        arms = tuple(a for label in labels if (a := _bare(sub, label)) and a != reference)
+        arms = tuple(a for label in labels if (a := subset_arm(sub, label)) and a != reference)
         models = tuple(m for m in agg.models() if sub.holds_model(m))
         out.append(BudgetPanel(f"{spec.subset_column} {sub.name}: A - {reference}", reference,
                                arms, Scope((Part(models, sub.label),), by_seed=False)))
     return out
 
 
-def _bare(sub: Subset, label: str) -> str | None:
+def subset_arm(sub: Subset, label: str) -> str | None:
     """The arm whose run label in `sub` is `label`, or None."""
     head, _, tail = sub.label.partition("{arm}")
     if label.startswith(head) and label.endswith(tail) and len(label) > len(head) + len(tail):

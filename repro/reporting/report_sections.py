@@ -1,0 +1,131 @@
+"""The data tables of docs/results.md, each built from a committed aggregate through the one
+verdict engine (repro.reporting.verdict and its metrics and rules): what `repro report` writes
+between a page's `<!-- repro report: NAME -->` fences. A section names its study, the aggregate
+folder it reads and the function that renders it; the prose around the fences is the page's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from repro.reporting.figures_data import subset_arm
+from repro.reporting.load import Aggregate
+from repro.reporting.render import Table, to_markdown
+from repro.reporting.verdict import verdict_tables
+from repro.reporting.verdict_metrics import Part, Scope, curves, pooled_scope, score_pair
+from repro.reporting.verdict_rules import paired
+from repro.reporting.verdict_spec import START, spec_for
+
+
+@dataclass(frozen=True)
+class Section:
+    study: str  # as the page names it, for messages
+    aggregate: str  # the folder it reads, relative to the repository root
+    build: Callable[[Aggregate, Path], str]  # (aggregate, repository root) -> Markdown
+
+
+def engine_table(index: int) -> Callable[[Aggregate, Path], str]:
+    """The verdict engine's table number `index` (0: the verdicts, then the descriptive tables
+    its predictions file adds), as `repro tables` writes it into verdict.md."""
+    return lambda agg, root: to_markdown(verdict_tables(agg)[index])
+
+
+def comparisons(metric: str, rows: tuple[tuple[str, str, str], ...], head: str
+                ) -> Callable[[Aggregate, Path], str]:
+    """(label, A, B) rows of paired A - B on `metric` ("final" accuracy or "auc"), over every
+    unit of the aggregate, by the verdict engine's paired test; A or B may be START."""
+    def build(agg: Aggregate, root: Path) -> str:
+        models = tuple(agg.models())
+        by_seed = spec_for(agg.study.experiment).unit == "seed" and len(models) == 1
+        scope = Scope((Part(models),), by_seed) if by_seed else pooled_scope(agg)
+        cells = []
+        for label, a, b in rows:
+            stats = paired(*score_pair(agg, scope, metric, a, b))
+            if stats is None:
+                raise ValueError(f"no paired units for {a} - {b} ({label})")
+            cells.append([f"{label} (`{a}` - `{b}`)",
+                          f"{stats['diff']:+.1f} [{stats['lo']:+.1f}, {stats['hi']:+.1f}], "
+                          f"{stats['units']}", _p(stats["p"])])
+        return _table([f"comparison ({head}, A - B)",
+                       f"Δ, points [95% CI], {'seeds' if by_seed else 'units'}",
+                       "p (two-sided)"], cells)
+    return build
+
+
+def _p(p: float) -> str:
+    return "< 0.001" if p < 0.001 else f"{p:.3f}" if p < 0.01 else f"{p:.2f}"
+
+
+def source_regime(agg: Aggregate, root: Path) -> str:
+    """Study 3's dose per source: the spread of s under both readings and Min-Replace's weight
+    shift (the proposed arm), the fair GSPO's clipped share and mean log-ratio (the baseline);
+    means over every logged step of every unit."""
+    s, spec = agg.study, spec_for(agg.study.experiment)
+    arm = {name: next(a for sub in spec.subsets if (a := subset_arm(sub, label)))
+           for name, label in (("proposed", s.proposed), ("baseline", s.baseline))}
+    rows = []
+    for sub in spec.subsets:
+        scope = Scope((Part(tuple(m for m in agg.models() if sub.holds_model(m)), sub.label),),
+                      by_seed=False)
+
+        def mean(which: str, column: str, scope: Scope = scope) -> float:
+            values = list(curves(agg, scope, arm[which], column).values())
+            return float(np.nanmean(np.concatenate(values))) if values else float("nan")
+
+        rows.append([sub.name, f"{mean('proposed', 's_spread_product'):.1%}",
+                     f"{mean('proposed', 's_spread'):.2%}", f"{mean('proposed', 'w_shift'):.1%}",
+                     f"{mean('baseline', 'clip_frac'):.1%}",
+                     f"{mean('baseline', 'log_ratio_mean'):.1e}"])
+    return _table(["source (dose)", "spread of s, product", "spread of s, mean",
+                   f"{arm['proposed']}'s w_shift", f"{arm['baseline']}'s clipped share",
+                   f"{arm['baseline']}'s mean log-ratio"], rows)
+
+
+def fair_clip_table(agg: Aggregate, root: Path) -> str:
+    """Study 3's pilot: GSPO's clipped share per source and candidate clip, and the clip the
+    registered rule chose (repro fair-clip)."""
+    from repro.plan import load_config
+    from repro.reporting.fair_clip import fair_clips, markdown
+
+    config = load_config(root / "config" / "config.yaml",
+                         [root / "config" / "presets" / "offpolicy-pilot.yaml"])
+    return markdown(fair_clips(config, root / "results" / "offpolicy-pilot" / "aggregate"))
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    """A bare Markdown table (no title, no notes): the page's prose introduces it."""
+    lines = to_markdown(Table("", header, rows, [])).splitlines()
+    return "\n".join(lines[2:])
+
+
+TINY_FINDINGS = (
+    ("RL learns and generalises: GRPO - start", "grpo", START),
+    ("DFPO Min-Replace - GSPO", "dfpo_min", "gspo"),
+    ("DFPO Orth-Proj - GSPO", "dfpo_orth", "gspo"),
+    ("GRPO - GSPO", "grpo", "gspo"),
+    ("GRPO-fix - GSPO", "grpo_fix", "gspo"),
+    ("stop-gradient matters: Min-Replace - no stop-gradient", "dfpo_min", "dfpo_min_nosg"),
+)
+EXPLORATORY_2 = (
+    ("Orth-Proj - identity", "dfpo_orth_prod", "dfpo_none_prod"),
+    ("Orth-Proj - Min-Replace", "dfpo_orth_prod", "dfpo_min_prod"),
+    ("Min-Replace, mean - product reading", "dfpo_min", "dfpo_min_prod"),
+)
+
+# page -> section name -> Section, in page order
+SECTIONS: dict[str, dict[str, Section]] = {"docs/results.md": {
+    "tiny-default-findings": Section("tiny default", "results/aggregate",
+                                     comparisons("final", TINY_FINDINGS, "final avg@k")),
+    "study-1-verdicts": Section("study 1", "results/tiny-study/aggregate", engine_table(0)),
+    "study-2-verdicts": Section("study 2", "results/mechanism-study/aggregate", engine_table(0)),
+    "study-2-exploratory": Section("study 2", "results/mechanism-study/aggregate",
+                                   comparisons("auc", EXPLORATORY_2, "AUC")),
+    "study-2-regime": Section("study 2", "results/mechanism-study/aggregate", engine_table(1)),
+    "study-3-fair-clip": Section("study 3's pilot", "results/offpolicy-pilot/aggregate",
+                                 fair_clip_table),
+    "study-3-verdicts": Section("study 3", "results/offpolicy-study/aggregate", engine_table(0)),
+    "study-3-regime": Section("study 3", "results/offpolicy-study/aggregate", source_regime),
+}}
