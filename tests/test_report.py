@@ -1,5 +1,6 @@
-"""`repro report`: every data table of docs/results.md sits between `<!-- repro report -->`
-fences and is what the verdict engine computes from the committed aggregates. A page that
+"""`repro report`: every data table of docs/results.md, and the README's findings table, sits
+between `<!-- repro report -->` fences and is what the verdict engine computes from the
+committed aggregates. A page that
 drifts from its aggregates fails here with the diff a rerun would make; a number deleted
 inside a fence comes back on a rerun; the prose outside the fences stays as written; an
 aggregate that lacks a table stops the run with one line naming the table and the study, and
@@ -16,25 +17,33 @@ from typer.testing import CliRunner
 
 from repro.cli import app
 from repro.reporting import report
-from repro.reporting.report_sections import SECTIONS
+from repro.reporting.report_sections import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = "docs/results.md"
 
 
 @pytest.fixture(scope="module")
-def built() -> dict[str, str]:
-    return report.build(ROOT, SECTIONS[PAGE], PAGE)
+def pages() -> dict[str, dict[str, str]]:
+    store = Store(ROOT)
+    return {page: report.build(store, sections, page)
+            for page, sections in report.SECTIONS.items()}
 
 
-def test_the_committed_page_is_what_repro_report_writes(built):
-    committed = (ROOT / PAGE).read_text()
-    regenerated = report.fill(committed, built, PAGE)
+@pytest.fixture(scope="module")
+def built(pages) -> dict[str, str]:
+    return pages[PAGE]
+
+
+@pytest.mark.parametrize("page", list(report.SECTIONS))
+def test_the_committed_pages_are_what_repro_report_writes(pages, page):
+    committed = (ROOT / page).read_text()
+    regenerated = report.fill(committed, pages[page], page)
     if regenerated != committed:
         diff = "".join(difflib.unified_diff(
             committed.splitlines(keepends=True), regenerated.splitlines(keepends=True),
-            f"{PAGE} (committed)", f"{PAGE} (repro report)"))
-        pytest.fail(f"{PAGE} differs from its aggregates; run `repro report`:\n{diff}")
+            f"{page} (committed)", f"{page} (repro report)"))
+        pytest.fail(f"{page} differs from its aggregates; run `repro report`:\n{diff}")
 
 
 def test_a_deleted_number_comes_back_and_the_prose_stays(built):
@@ -63,7 +72,8 @@ def test_a_broken_fence_is_named(built, change, message):
 def workspace(tmp_path: Path) -> Path:
     """A copy of the page beside links to the committed results and config."""
     (tmp_path / "docs").mkdir()
-    shutil.copy(ROOT / PAGE, tmp_path / PAGE)
+    for page in report.SECTIONS:
+        shutil.copy(ROOT / page, tmp_path / page)
     for name in ("results", "config"):
         (tmp_path / name).symlink_to(ROOT / name)
     return tmp_path
@@ -76,7 +86,7 @@ def test_an_aggregate_without_a_table_names_it_and_leaves_the_page(tmp_path, mon
     for other in ("aggregate", "tiny-study", "offpolicy-study", "offpolicy-pilot"):
         (root / "results" / other).symlink_to(ROOT / "results" / other)
     (root / "results" / "mechanism-study" / "aggregate" / "eval_problems.parquet").unlink()
-    before = (root / PAGE).read_bytes()
+    before = {page: (root / page).read_bytes() for page in report.SECTIONS}
     monkeypatch.chdir(root)
     result = CliRunner().invoke(app, ["report"])
     assert result.exit_code == 2
@@ -84,7 +94,7 @@ def test_an_aggregate_without_a_table_names_it_and_leaves_the_page(tmp_path, mon
         "repro report: docs/results.md, section study-2-verdicts: study 2's aggregate "
         "results/mechanism-study/aggregate lacks its eval_problems table "
         "(eval_problems.parquet); the page is unchanged")
-    assert (root / PAGE).read_bytes() == before
+    assert {page: (root / page).read_bytes() for page in report.SECTIONS} == before
 
 
 @pytest.mark.slow

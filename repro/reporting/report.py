@@ -1,4 +1,5 @@
-"""`repro report`: the data tables of the project's pages, regenerated between their fences
+"""`repro report`: the data tables of the project's pages (docs/results.md, the README's
+findings table), regenerated between their fences
 
     <!-- repro report: NAME -->
 
@@ -18,8 +19,11 @@ from pathlib import Path
 
 from repro.atomic import atomic_file
 from repro.reporting.aggregate import CURVES_OUT, PROBLEMS_OUT, RUNS_OUT
-from repro.reporting.load import Aggregate, load_aggregate
-from repro.reporting.report_sections import SECTIONS, Section
+from repro.reporting.report_findings import README
+from repro.reporting.report_sections import RESULTS, Section, Store
+
+# page -> section name -> Section
+SECTIONS: dict[str, dict[str, Section]] = {"docs/results.md": RESULTS, "README.md": README}
 
 FENCE = re.compile(r"^<!-- repro report: ([\w-]+) -->\n(.*?)^<!-- /repro report -->$",
                    re.S | re.M)
@@ -30,24 +34,23 @@ class ReportError(ValueError):
     """Bad input: one line naming the page, section, study and what is missing."""
 
 
-def build(root: Path, sections: dict[str, Section], page: str) -> dict[str, str]:
+def build(store: Store, sections: dict[str, Section], page: str) -> dict[str, str]:
     """Every section's Markdown; each aggregate is checked for the tables it needs first."""
     for name, section in sections.items():
-        for table in (CURVES_OUT, RUNS_OUT, PROBLEMS_OUT):
-            if not (root / section.aggregate / table).is_file():
-                raise ReportError(f"{page}, section {name}: {section.study}'s aggregate "
-                                  f"{section.aggregate} lacks its {table.split('.')[0]} table "
-                                  f"({table}); the page is unchanged")
-    loaded: dict[str, Aggregate] = {}
+        for folder in section.aggregates:
+            for table in (CURVES_OUT, RUNS_OUT, PROBLEMS_OUT):
+                if not (store.root / folder / table).is_file():
+                    raise ReportError(f"{page}, section {name}: {section.study}'s aggregate "
+                                      f"{folder} lacks its {table.split('.')[0]} table "
+                                      f"({table}); the page is unchanged")
     out = {}
     for name, section in sections.items():
         try:
-            if section.aggregate not in loaded:
-                loaded[section.aggregate] = load_aggregate(root / section.aggregate)
-            out[name] = section.build(loaded[section.aggregate], root).rstrip("\n")
+            out[name] = section.build(store).rstrip("\n")
         except (ValueError, KeyError, OSError) as err:
             raise ReportError(f"{page}, section {name} ({section.study}, "
-                              f"{section.aggregate}): {err}; the page is unchanged") from None
+                              f"{', '.join(section.aggregates)}): {err}; the page is "
+                              "unchanged") from None
     return out
 
 
@@ -69,10 +72,13 @@ def fill(text: str, built: dict[str, str], page: str) -> str:
 
 def regenerate(root: Path) -> dict[str, tuple[str, str]]:
     """page -> (its text now, its text regenerated), every section built first."""
+    store, built = Store(root), {}
+    for page, sections in SECTIONS.items():  # every section of every page before any write
+        built[page] = build(store, sections, page)
     out = {}
-    for page, sections in SECTIONS.items():
+    for page in SECTIONS:
         text = (root / page).read_text(encoding="utf-8")
-        out[page] = (text, fill(text, build(root, sections, page), page))
+        out[page] = (text, fill(text, built[page], page))
     return out
 
 

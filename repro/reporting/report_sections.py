@@ -1,7 +1,8 @@
-"""The data tables of docs/results.md, each built from a committed aggregate through the one
-verdict engine (repro.reporting.verdict and its metrics and rules): what `repro report` writes
-between a page's `<!-- repro report: NAME -->` fences. A section names its study, the aggregate
-folder it reads and the function that renders it; the prose around the fences is the page's."""
+"""The data tables of docs/results.md and the README, each built from committed aggregates
+through the one verdict engine (repro.reporting.verdict and its metrics and rules): what
+`repro report` writes between a page's `<!-- repro report: NAME -->` fences. A section names
+its study, the aggregate folders it reads and the function that renders it; the prose around
+the fences is the page's."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from repro.reporting.figures_data import subset_arm
-from repro.reporting.load import Aggregate
+from repro.reporting.load import Aggregate, load_aggregate
 from repro.reporting.render import Table, to_markdown
 from repro.reporting.verdict import verdict_tables
 from repro.reporting.verdict_metrics import Part, Scope, curves, pooled_scope, score_pair
@@ -20,30 +21,65 @@ from repro.reporting.verdict_rules import paired
 from repro.reporting.verdict_spec import START, spec_for
 
 
+class Store:
+    """What one `repro report` run reads: each aggregate loaded once, its verdict tables
+    computed once, whichever sections use them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._aggregates: dict[str, Aggregate] = {}
+        self._verdicts: dict[str, list[Table]] = {}
+
+    def aggregate(self, folder: str) -> Aggregate:
+        if folder not in self._aggregates:
+            self._aggregates[folder] = load_aggregate(self.root / folder)
+        return self._aggregates[folder]
+
+    def verdicts(self, folder: str) -> list[Table]:
+        if folder not in self._verdicts:
+            self._verdicts[folder] = verdict_tables(self.aggregate(folder))
+        return self._verdicts[folder]
+
+
+Build = Callable[[Store], str]
+
+
 @dataclass(frozen=True)
 class Section:
     study: str  # as the page names it, for messages
-    aggregate: str  # the folder it reads, relative to the repository root
-    build: Callable[[Aggregate, Path], str]  # (aggregate, repository root) -> Markdown
+    aggregates: tuple[str, ...]  # the folders it reads, relative to the repository root
+    build: Build
 
 
-def engine_table(index: int) -> Callable[[Aggregate, Path], str]:
+def on(study: str, folder: str, build: Callable[[Aggregate, Store], str]) -> Section:
+    """A section that reads one aggregate."""
+    return Section(study, (folder,), lambda store: build(store.aggregate(folder), store))
+
+
+def engine_table(folder: str, index: int) -> Callable[[Aggregate, Store], str]:
     """The verdict engine's table number `index` (0: the verdicts, then the descriptive tables
     its predictions file adds), as `repro tables` writes it into verdict.md."""
-    return lambda agg, root: to_markdown(verdict_tables(agg)[index])
+    return lambda agg, store: to_markdown(store.verdicts(folder)[index])
+
+
+def paired_on(agg: Aggregate, metric: str, a: str, b: str) -> dict[str, float] | None:
+    """Paired A - B on `metric` ("final" accuracy or "auc") over every unit of the aggregate,
+    by the verdict engine's paired test (units: seeds for one model under a seed-unit
+    predictions file, else model/seed); A or B may be START."""
+    models = tuple(agg.models())
+    by_seed = spec_for(agg.study.experiment).unit == "seed" and len(models) == 1
+    scope = Scope((Part(models),), by_seed) if by_seed else pooled_scope(agg)
+    return paired(*score_pair(agg, scope, metric, a, b))
 
 
 def comparisons(metric: str, rows: tuple[tuple[str, str, str], ...], head: str
-                ) -> Callable[[Aggregate, Path], str]:
-    """(label, A, B) rows of paired A - B on `metric` ("final" accuracy or "auc"), over every
-    unit of the aggregate, by the verdict engine's paired test; A or B may be START."""
-    def build(agg: Aggregate, root: Path) -> str:
-        models = tuple(agg.models())
-        by_seed = spec_for(agg.study.experiment).unit == "seed" and len(models) == 1
-        scope = Scope((Part(models),), by_seed) if by_seed else pooled_scope(agg)
+                ) -> Callable[[Aggregate, Store], str]:
+    """(label, A, B) rows of paired A - B on `metric` (paired_on)."""
+    def build(agg: Aggregate, store: Store) -> str:
+        by_seed = spec_for(agg.study.experiment).unit == "seed" and len(agg.models()) == 1
         cells = []
         for label, a, b in rows:
-            stats = paired(*score_pair(agg, scope, metric, a, b))
+            stats = paired_on(agg, metric, a, b)
             if stats is None:
                 raise ValueError(f"no paired units for {a} - {b} ({label})")
             cells.append([f"{label} (`{a}` - `{b}`)",
@@ -59,7 +95,7 @@ def _p(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}" if p < 0.01 else f"{p:.2f}"
 
 
-def source_regime(agg: Aggregate, root: Path) -> str:
+def source_regime(agg: Aggregate, store: Store) -> str:
     """Study 3's dose per source: the spread of s under both readings and Min-Replace's weight
     shift (the proposed arm), the fair GSPO's clipped share and mean log-ratio (the baseline);
     means over every logged step of every unit."""
@@ -84,15 +120,16 @@ def source_regime(agg: Aggregate, root: Path) -> str:
                    f"{arm['baseline']}'s mean log-ratio"], rows)
 
 
-def fair_clip_table(agg: Aggregate, root: Path) -> str:
+def fair_clip_table(agg: Aggregate, store: Store) -> str:
     """Study 3's pilot: GSPO's clipped share per source and candidate clip, and the clip the
     registered rule chose (repro fair-clip)."""
     from repro.plan import load_config
     from repro.reporting.fair_clip import fair_clips, markdown
 
+    root = store.root
     config = load_config(root / "config" / "config.yaml",
                          [root / "config" / "presets" / "offpolicy-pilot.yaml"])
-    return markdown(fair_clips(config, root / "results" / "offpolicy-pilot" / "aggregate"))
+    return markdown(fair_clips(config, root / PILOT))
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -115,17 +152,19 @@ EXPLORATORY_2 = (
     ("Min-Replace, mean - product reading", "dfpo_min", "dfpo_min_prod"),
 )
 
-# page -> section name -> Section, in page order
-SECTIONS: dict[str, dict[str, Section]] = {"docs/results.md": {
-    "tiny-default-findings": Section("tiny default", "results/aggregate",
-                                     comparisons("final", TINY_FINDINGS, "final avg@k")),
-    "study-1-verdicts": Section("study 1", "results/tiny-study/aggregate", engine_table(0)),
-    "study-2-verdicts": Section("study 2", "results/mechanism-study/aggregate", engine_table(0)),
-    "study-2-exploratory": Section("study 2", "results/mechanism-study/aggregate",
-                                   comparisons("auc", EXPLORATORY_2, "AUC")),
-    "study-2-regime": Section("study 2", "results/mechanism-study/aggregate", engine_table(1)),
-    "study-3-fair-clip": Section("study 3's pilot", "results/offpolicy-pilot/aggregate",
-                                 fair_clip_table),
-    "study-3-verdicts": Section("study 3", "results/offpolicy-study/aggregate", engine_table(0)),
-    "study-3-regime": Section("study 3", "results/offpolicy-study/aggregate", source_regime),
-}}
+TINY, STUDY_1, STUDY_2, PILOT, STUDY_3 = (
+    "results/aggregate", "results/tiny-study/aggregate", "results/mechanism-study/aggregate",
+    "results/offpolicy-pilot/aggregate", "results/offpolicy-study/aggregate")
+
+# docs/results.md's sections, in page order (repro.reporting.report adds the README's)
+RESULTS: dict[str, Section] = {
+    "tiny-default-findings": on("tiny default", TINY,
+                                comparisons("final", TINY_FINDINGS, "final avg@k")),
+    "study-1-verdicts": on("study 1", STUDY_1, engine_table(STUDY_1, 0)),
+    "study-2-verdicts": on("study 2", STUDY_2, engine_table(STUDY_2, 0)),
+    "study-2-exploratory": on("study 2", STUDY_2, comparisons("auc", EXPLORATORY_2, "AUC")),
+    "study-2-regime": on("study 2", STUDY_2, engine_table(STUDY_2, 1)),
+    "study-3-fair-clip": on("study 3's pilot", PILOT, fair_clip_table),
+    "study-3-verdicts": on("study 3", STUDY_3, engine_table(STUDY_3, 0)),
+    "study-3-regime": on("study 3", STUDY_3, source_regime),
+}
