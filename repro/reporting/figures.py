@@ -14,6 +14,7 @@ data" note, so the pipeline's declared outputs always exist.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,10 +286,18 @@ DOC_FIGURES: dict[str, tuple[str, tuple[str, ...]]] = {
                         ("difference_vs_budget", "accuracy_vs_budget")),
 }
 DOC_DPI = 110
+DRAWN_WITH = "drawn-with.json"  # the matplotlib and FreeType that drew them: bytes depend on both
+
+
+def drawn_with() -> dict[str, str]:
+    from matplotlib import ft2font
+
+    return {"matplotlib": mpl.__version__, "freetype": ft2font.__freetype_version__}
 
 
 def write_doc_figures(root: Path, out: Path) -> list[Path]:
-    """Every DOC_FIGURES entry as out/STUDY/NAME.png, from the aggregates under `root`."""
+    """Every DOC_FIGURES entry as out/STUDY/NAME.png, from the aggregates under `root`, and
+    out/DRAWN_WITH naming the versions that drew them."""
     paths = []
     with style_context(STYLE):
         for study, (aggregate, names) in DOC_FIGURES.items():
@@ -298,7 +307,9 @@ def write_doc_figures(root: Path, out: Path) -> list[Path]:
                 atomic_file(path, lambda tmp, fig=fig: fig.savefig(
                     tmp, format="png", dpi=DOC_DPI, metadata=SAVE_METADATA["png"]))
                 paths.append(path)
-    return paths
+    versions = json.dumps(drawn_with(), indent=1) + "\n"
+    atomic_file(out / DRAWN_WITH, lambda tmp: tmp.write_text(versions))
+    return [*paths, out / DRAWN_WITH]
 
 
 def write_figures(aggregate: Path, out: Path) -> list[Path]:
