@@ -94,7 +94,7 @@ def difference_vs_budget(agg: Aggregate) -> Figure:
         _draw(ax, series, look)
         ax.set_title(panel.title, fontsize=9)
     axes[0].set_ylabel(f"paired Δ, {_measure(agg)} (points)")
-    title(fig, agg, "Held-out accuracy: each arm's paired difference from the reference arm")
+    title(fig, agg, "Paired difference from the reference arm")
     legend(fig, "arm A: mean paired Δ\n" + UNITS_NOTE.format(unit=_unit(drawn[0][0])))
     return fig
 
