@@ -30,7 +30,15 @@ from matplotlib.ticker import EngFormatter, NullFormatter, PercentFormatter
 from repro.atomic import atomic_file
 from repro.reporting.figures_budget import accuracy_vs_budget, difference_vs_budget
 from repro.reporting.figures_data import Band, bands, per_run, pooled_runs
-from repro.reporting.figures_style import SAVE_METADATA, STYLE, legend, no_data
+from repro.reporting.figures_style import (
+    SAVE_METADATA,
+    STYLE,
+    Look,
+    legend,
+    looks,
+    measure,
+    no_data,
+)
 from repro.reporting.figures_style import title as _title
 from repro.reporting.load import Aggregate, load_aggregate
 from repro.reporting.scores import compare, estimate
@@ -40,17 +48,10 @@ WIDE, WIDER = (7.5, 3.6), (10.5, 3.6)  # one panel / two or three, with the lege
 STEP = "training step (rollout batches)"
 
 
-def colours(study: Study) -> dict[str, str]:
-    """Run label -> colour, in the study's order, the same in every figure (style's cycle)."""
-    cycle = mpl.rcParams["axes.prop_cycle"].by_key()["color"]
-    return {algo: cycle[i % len(cycle)] for i, algo in enumerate(_order(study))}
-
-
-def dashed(study: Study) -> set[str]:
-    """The run labels past the colour cycle: drawn dashed (hollow markers) so that no two
-    algorithms look alike."""
-    cycle = len(mpl.rcParams["axes.prop_cycle"].by_key()["color"])
-    return {algo for i, algo in enumerate(_order(study)) if (i // cycle) % 2}
+def arm_looks(study: Study) -> dict[str, Look]:
+    """Run label -> colour, line style and marker, in the study's order: the same in every
+    figure of the study, and no two of its first ten labels alike (figures_style.looks)."""
+    return looks(_order(study))
 
 
 def _order(study: Study) -> list[str]:
@@ -65,12 +66,12 @@ def _legend(fig: Figure, heading: str = BAND_NOTE) -> None:
 
 
 def _draw_bands(ax: Axes, drawn: Sequence[Band], study: Study, *, log_y: bool = False) -> None:
-    palette, broken = colours(study), dashed(study)
+    look = arm_looks(study)
     for band in drawn:
-        colour = palette[band.algo]
+        colour = look[band.algo].colour
         ax.plot(band.x, band.runs.T, color=colour, alpha=0.25, linewidth=0.6)
         ax.fill_between(band.x, band.lo, band.hi, color=colour, alpha=0.2, linewidth=0)
-        ax.plot(band.x, band.mean, "--" if band.algo in broken else "-", color=colour,
+        ax.plot(band.x, band.mean, look[band.algo].linestyle, color=colour,
                 linewidth=1.8, label=band.algo)
     lows = np.concatenate([b.runs.ravel() for b in drawn] or [np.empty(0)])
     lows = lows[np.isfinite(lows)]
@@ -183,17 +184,17 @@ def mechanism_by_algorithm(agg: Aggregate) -> Figure:
     panels = [(title, unit, rows) for title, unit, rows in panels if rows]
     if not panels:
         return no_data("no asym / residual_full / freq_energy curves")
-    palette, broken = colours(s), dashed(s)
+    look = arm_looks(s)
     order = {a: i for i, a in enumerate(algos)}
     fig = Figure(figsize=(10.5, 1.2 + 0.3 * len(algos)), layout="constrained")
     axes = list(np.atleast_1d(fig.subplots(1, len(panels), sharey=True)))
     for ax, (title, unit, rows) in zip(axes, panels, strict=True):
         for r in rows:
-            y, face = order[r.algo], "none" if r.algo in broken else palette[r.algo]
-            ax.plot(r.values, np.full(r.values.size, y), "o", color=palette[r.algo],
-                    markerfacecolor=face, alpha=0.35, markersize=3)
+            y, colour = order[r.algo], look[r.algo].colour
+            ax.plot(r.values, np.full(r.values.size, y), "o", color=colour,
+                    alpha=0.35, markersize=3)
             ax.errorbar([r.mean], [y], xerr=[[r.mean - r.lo], [r.hi - r.mean]], fmt="D",
-                        color=palette[r.algo], markerfacecolor=face, markersize=5, capsize=3)
+                        color=colour, markersize=5, capsize=3)
         values = np.concatenate([r.values for r in rows])
         logged = values.min() > 0 and values.max() > 30 * values.min()
         if logged:
@@ -240,15 +241,16 @@ def group_size_ablation(agg: Aggregate) -> Figure:
     scores, deltas = group_size_points(agg)
     if not scores:
         return no_data("no group-size ablation runs")
-    palette = colours(s)
+    look = arm_looks(s)
     gs = sorted({row[0] for points in scores for row in points.rows})
     fig = Figure(figsize=WIDER, layout="constrained")
     left, right = fig.subplots(1, 2)
-    for ax, series, ylabel in ((left, scores, "held-out avg@k (%, pooled over benchmarks)"),
+    for ax, series, ylabel in ((left, scores, f"{measure(agg)} (%)"),
                                (right, deltas, f"Δ vs {s.baseline} (points, 95% CI)")):
         for points in series:
             g, mid, lo, hi = (np.array(v, dtype=float) for v in zip(*points.rows, strict=True))
-            ax.errorbar(g, mid, yerr=[mid - lo, hi - mid], fmt="o-", color=palette[points.algo],
+            ax.errorbar(g, mid, yerr=[mid - lo, hi - mid], color=look[points.algo].colour,
+                        marker=look[points.algo].marker, linestyle=look[points.algo].linestyle,
                         capsize=3, label=points.label)
         ax.set(xscale="log", xlabel="group size G (responses per prompt)", ylabel=ylabel)
         ax.set_xticks(gs, labels=[str(g) for g in gs])

@@ -12,8 +12,15 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
-from repro.reporting.figures_data import BudgetPanel, Point, budget_panels, differences, levels
-from repro.reporting.figures_style import Look, legend, looks, no_data, title
+from repro.reporting.figures_data import (
+    BudgetPanel,
+    Point,
+    arm_order,
+    budget_panels,
+    differences,
+    levels,
+)
+from repro.reporting.figures_style import Look, legend, looks, measure, no_data, title
 from repro.reporting.load import Aggregate
 from repro.reporting.study import INIT_FRAC
 from repro.reporting.verdict_spec import START
@@ -21,14 +28,6 @@ from repro.reporting.verdict_spec import START
 DODGE = 0.018  # share of the budget between neighbouring arms at one fraction
 PANEL_WIDTH, LEGEND_WIDTH, HEIGHT = 3.3, 2.3, 3.6
 UNITS_NOTE = "bars: 95% CI, bootstrap\nover units ({unit})\nand problems"
-
-
-def _measure(agg: Aggregate) -> str:
-    """What the y axes measure: avg@k and the benchmark, or "pooled over benchmarks"."""
-    ks = sorted({k for by in agg.k.values() for k in by})
-    benches = agg.benchmarks()
-    where = benches[0] if len(benches) == 1 else "pooled over benchmarks"
-    return f"held-out avg@{'/'.join(map(str, ks))}, {where}"
 
 
 def _unit(panel: BudgetPanel) -> str:
@@ -76,10 +75,6 @@ def _figure(panels: list[BudgetPanel]) -> tuple[Figure, list[Axes]]:
     return fig, list(np.atleast_1d(fig.subplots(1, len(panels))))
 
 
-def _arms(panels: list[BudgetPanel]) -> list[str]:
-    return list(dict.fromkeys(a for p in panels for a in (p.reference, *p.arms)))
-
-
 def difference_vs_budget(agg: Aggregate) -> Figure:
     """Does each arm beat its reference? arm - reference, paired per unit, at each fraction."""
     panels = budget_panels(agg)
@@ -87,13 +82,13 @@ def difference_vs_budget(agg: Aggregate) -> Figure:
     drawn = [(p, series) for p, series in drawn if series]
     if not drawn:
         return no_data("no paired held-out evaluations")
-    look = looks(_arms([p for p, _ in drawn]))
+    look = looks(arm_order(agg))
     fig, axes = _figure([p for p, _ in drawn])
     for ax, (panel, series) in zip(axes, drawn, strict=True):
         ax.axhline(0, color="0.3", linewidth=1, zorder=0)
         _draw(ax, series, look)
         ax.set_title(panel.title, fontsize=9)
-    axes[0].set_ylabel(f"paired Δ, {_measure(agg)} (points)")
+    axes[0].set_ylabel(f"paired Δ, {measure(agg)} (points)")
     title(fig, agg, "Paired difference from the reference arm")
     legend(fig, "arm A: mean paired Δ\n" + UNITS_NOTE.format(unit=_unit(drawn[0][0])))
     return fig
@@ -109,7 +104,7 @@ def accuracy_vs_budget(agg: Aggregate) -> Figure:
             drawn.append((p, series, levels(agg, p, START)))
     if not drawn:
         return no_data("no held-out evaluations of RL checkpoints")
-    look = looks(_arms([p for p, _, _ in drawn]))
+    look = looks(arm_order(agg))
     fig, axes = _figure([p for p, _, _ in drawn])
     for ax, (panel, series, start) in zip(axes, drawn, strict=True):
         on_budget = any(len(points) > 1 for _, points in series)
@@ -122,7 +117,7 @@ def accuracy_vs_budget(agg: Aggregate) -> Figure:
                 ax.axhspan(s.lo, s.hi, color="0.85", zorder=0, label="start (SFT): 95% CI")
         _draw(ax, series, look, INIT_FRAC if start and on_budget else None)
         ax.set_title(panel.title.split(":")[0], fontsize=9)
-    axes[0].set_ylabel(f"{_measure(agg)} (%)")
+    axes[0].set_ylabel(f"{measure(agg)} (%)")
     title(fig, agg, "Held-out accuracy over the training budget")
     legend(fig, "mean over units\nand problems\n" + UNITS_NOTE.format(unit=_unit(drawn[0][0])))
     return fig

@@ -157,6 +157,16 @@ def budget_panels(agg: Aggregate) -> list[BudgetPanel]:
     return out
 
 
+def arm_order(agg: Aggregate) -> list[str]:
+    """The study's arms in its order (main, then ablations), as the budget panels name them
+    (without a subset's label): one look per arm across a study's figures."""
+    s, spec = agg.study, spec_for(agg.study.experiment)
+    labels = [*s.main_algos, *s.ablation_algos]
+    if spec.subsets:
+        labels = [a for label in labels for sub in spec.subsets if (a := subset_arm(sub, label))]
+    return list(dict.fromkeys(labels))
+
+
 def subset_arm(sub: Subset, label: str) -> str | None:
     """The arm whose run label in `sub` is `label`, or None."""
     head, _, tail = sub.label.partition("{arm}")

@@ -42,6 +42,15 @@ def looks(arms: Sequence[str]) -> dict[str, Look]:
                     MARKERS[i % len(MARKERS)]) for i, a in enumerate(order)}
 
 
+def measure(agg: Aggregate) -> str:
+    """What an accuracy axis measures: avg@k and the benchmark, or "pooled over benchmarks"
+    where there are several."""
+    ks = sorted({k for by in agg.k.values() for k in by})
+    benches = agg.benchmarks()
+    where = benches[0] if len(benches) == 1 else "pooled over benchmarks"
+    return f"held-out avg@{'/'.join(map(str, ks))}, {where}"
+
+
 def no_data(what: str) -> Figure:
     log.warning("figure without data: %s", what)
     fig = Figure(figsize=(5.5, 2.0))
