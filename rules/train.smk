@@ -1,5 +1,13 @@
 # RL training: one job per run (algorithm, model, group size, seed).
 
+# One log per attempt: a retry (profile `retries`, a resubmission after scancel or a time limit)
+# first moves the previous attempt's log to LOG.attempt-1 (-2, ...), so `{log}` is the latest
+# attempt's and none is overwritten (tests/test_train_logs.py).
+KEEP_PREVIOUS_LOG = (
+    "if [ -s {log} ]; then n=1; while [ -e {log}.attempt-$n ]; do n=$((n + 1)); done;"
+    " mv {log} {log}.attempt-$n; fi; "
+)
+
 
 rule train:
     """Train from the run's resolved config, with the engine it names (train.engine), on the
@@ -32,6 +40,6 @@ rule train:
     conda:
         train_env
     shell:
-        "{params.launch} -m repro train --config {input.cfg} --out {params.scratch} --resume"
+        KEEP_PREVIOUS_LOG + "{params.launch} -m repro train --config {input.cfg} --out {params.scratch} --resume"
         " --fingerprint {params.code} --label {wildcards.algo} --threads {params.threads}"
         " --export {params.out} > {log} 2>&1"

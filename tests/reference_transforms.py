@@ -4,6 +4,7 @@ groups and, for the projection, brute-force enumeration of active sets (small gr
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 
@@ -39,6 +40,9 @@ def reference_weights(transform: str, s: list[float], adv: list[float],
         return [min(s[j] for j in members[group[i]]) for i in range(len(s))]
     if transform == "group_mean":
         return [sum(s[j] for j in members[group[i]]) / len(members[group[i]])
+                for i in range(len(s))]
+    if transform == "group_geomean":
+        return [math.exp(sum(math.log(s[j]) for j in members[group[i]]) / len(members[group[i]]))
                 for i in range(len(s))]
     if transform == "global_scale":
         kappa = (sum(min(s[j] for j in members[g]) for g in ids) / len(ids)) / (sum(s) / len(s))

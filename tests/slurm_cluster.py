@@ -4,10 +4,11 @@ Tests that need the cluster call `cluster()`: where none is up (a user's laptop)
 the reason; under `.ci/run` (REPRO_REQUIRE_SLURM=1) they fail. Only the script's own cluster
 (ClusterName=repro with its partition `nodes2`) counts: these tests drain nodes and cancel jobs.
 
-The profile runs as `profiles/slurm` plus CI_OVERLAY, which only scales it to the test node
-(2 CPUs, ~20 GB) and keeps the runs' thread counts those of the local run, so the aggregates
-can be compared exactly; everything else (executor, partitions, account, runtimes, retries,
-GPU request of sft, job names, logs) is the profile's own.
+The profile runs as `profiles/slurm` plus the documented small-cluster overlay
+(profiles/slurm-small.yaml, merged by scripts/slurm_profile.py as docs/slurm.md shows), which
+only scales it to the test node (2 CPUs, ~20 GB) and keeps the runs' thread counts those of the
+local run, so the aggregates can be compared exactly; everything else (executor, partitions,
+account, runtimes, retries, GPU request of sft, job names, logs) is the profile's own.
 """
 
 from __future__ import annotations
@@ -21,21 +22,17 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from test_workflow import ROOT, copy_workflow
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from slurm_profile import write_profile
 
 SCRIPT = ROOT / "scripts" / "local_slurm.sh"
 ACCOUNT = "ci"  # the account scripts/local_slurm.sh creates (REPRO_SLURM_ACCOUNT)
 NODE = subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
-# Sizes only: the profile asks 64 CPUs and 900 GB for training, 8 CPUs per GPU. Threads are the
-# rules' own (1 for train and evaluate, 2 for sft), as a local `--cores 2` run gives them.
-CI_OVERLAY = {
-    "slurm-init-seconds-before-status-checks": 5,  # the plugin's 40 s would add ~40 s a job
-    "set-threads": {"train": 1, "evaluate": 1, "evaluate_init": 1},
-    "set-resources": {"sft": {"mem_mb": 3000, "cpus_per_gpu": 2},
-                      "train": {"mem_mb": 3000}, "evaluate": {"mem_mb": 3000},
-                      "evaluate_init": {"mem_mb": 3000}},
-}
+# The documented small-cluster overlay (docs/slurm.md): sizes only, so the runs' thread counts
+# are those of a local `--cores 2` run and the aggregates compare exactly.
+SMALL_OVERLAY = ROOT / "profiles" / "slurm-small.yaml"
 
 
 def cluster() -> None:
@@ -78,21 +75,9 @@ def local_slurm(*args: str) -> None:
 
 
 def ci_profile(wd: Path, overlay: dict | None = None) -> Path:
-    """profiles/slurm with CI_OVERLAY (and `overlay`) merged in, as profiles/slurm_ci of `wd`."""
-    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
-    for extra in (CI_OVERLAY, overlay or {}):
-        for key, value in extra.items():
-            if key == "set-resources":
-                for rule, res in value.items():
-                    profile[key][rule] = profile[key].get(rule, {}) | res
-            elif isinstance(value, dict):
-                profile[key] = profile.get(key, {}) | value
-            else:
-                profile[key] = value
-    folder = wd / "profiles" / "slurm_ci"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.yaml").write_text(yaml.safe_dump(profile, sort_keys=False))
-    return folder
+    """profiles/slurm with SMALL_OVERLAY (and a test's `overlay`) merged in by the documented
+    scripts/slurm_profile.py, as profiles/slurm_ci of `wd`."""
+    return write_profile([SMALL_OVERLAY, overlay or {}], wd / "profiles" / "slurm_ci")
 
 
 def slurm_workflow(tmp_path: Path, extra: tuple[str, ...] = (),

@@ -1,6 +1,6 @@
 """Code that the docs give a user to copy runs as it is written: docs/integrations.md's "Any
 PyTorch loop" block, on a batch with interleaved groups of unequal size, as its text allows.
-(The TRL script of the same page: tests/test_trl_dfpo.py; verl's command:
+(The TRL script of the same page: tests/test_trl_documented.py; verl's command:
 tests/test_integration_verl.py.)"""
 
 from __future__ import annotations

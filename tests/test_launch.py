@@ -33,6 +33,7 @@ def train_jobs(output: str) -> list[tuple[dict[str, str], str]]:
     for block in output.split("rule train:")[1:]:
         res = re.search(r"^\s+resources: (.*)$", block, re.M).group(1)
         shell = re.search(r"^Shell command: (.*)$", block, re.M).group(1)
+        shell = re.sub(r"^if \[ -s \S+ \]; .*?; fi; ", "", shell)  # the log kept per attempt
         jobs.append((dict(item.split("=", 1) for item in res.split(", ")), shell))
     return jobs
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from repro.reporting.report_findings import readme_word  # the word rule `repro report` applies
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 RESULTS = ROOT / "docs" / "results.md"
@@ -131,10 +133,18 @@ def test_each_pre_registered_finding_is_what_its_committed_aggregate_gives(row):
     tests/test_mechanism_claims.py)."""
     study, pid = cited(row)
     numbers, verdict = computed_verdicts(STUDIES[study])[pid]
-    assert row["verdict"] == verdict.split(" (")[0], (pid, row["verdict"], verdict)
+    assert row["verdict"] == readme_word(pid, numbers, verdict), (pid, row["verdict"], verdict)
     shown = NUMBER.findall(row["effect [95% CI]"])
     assert shown, row
     assert set(shown) <= set(NUMBER.findall(numbers)), (pid, shown, numbers)
+
+
+def test_a_failed_gate_above_zero_reads_not_shown_and_only_then():
+    assert readme_word("reuse G2", "Δ = +7.4 [+0.4, +15.2] points, 3 units", "fails") == \
+        "not shown"
+    assert readme_word("reuse G2", "Δ = +4.0 [-0.4, +9.2] points, 3 units", "fails") == "fails"
+    assert readme_word("P2", "AUC Δ = -4.3 [-6.4, -2.5] points", "fails") == "fails"
+    assert readme_word("P1", "AUC Δ = +9.4 [+7.0, +11.8] points", "holds") == "holds"
 
 
 def slug(heading: str) -> str:

@@ -92,3 +92,98 @@ def test_onstart_switches_the_executor_and_watches_its_run(monkeypatch, capsys):
     assert settings.status_command == "squeue" and watched == [("repro_1234", 40)]
     assert capsys.readouterr().err.startswith(f"slurm: sacct fails on this cluster ({DISABLED})")
     assert getattr(plugin.query_job_status, "plain_states", False)
+
+
+class _Rule:
+    name = "train"
+
+    def __init__(self, mem_of_attempt):
+        self.mem_of_attempt = mem_of_attempt
+
+    def expand_resources(self, wildcards, input, attempt, skip_evaluation=None):
+        return {"mem_mb": self.mem_of_attempt(attempt), "runtime": 30}
+
+
+class _Job:
+    """What the wrapper reads of a Snakemake job: its rule, attempt and retries."""
+
+    def __init__(self, mem_of_attempt, restart_times=1):
+        self.rule, self.attempt, self.restart_times = _Rule(mem_of_attempt), 1, restart_times
+        self.wildcards_dict, self.input = {}, []
+
+    @property
+    def resources(self):
+        return self.rule.expand_resources({}, [], self.attempt)
+
+
+def _refused(job, msg="SLURM sbatch failed. The error message was 'sbatch: error: Batch job "
+                      "submission failed: Requested node configuration is not available'."):
+    """The wrapped report of a job error, as the plugin makes it; (lines said, reports)."""
+    said, reports = [], []
+
+    class Executor:
+        def _report_job_error_threadsafe(self, job_info, msg):
+            reports.append(msg)
+
+    slurm.wrap_sbatch_refusal(Executor, said.append)
+    slurm.wrap_sbatch_refusal(Executor, said.append)  # once only
+    Executor()._report_job_error_threadsafe(SimpleNamespace(job=job), msg)
+    return said, reports
+
+
+def test_an_sbatch_refusal_that_cannot_change_is_not_retried():
+    job = _Job(lambda attempt: 64000)
+    said, reports = _refused(job)
+    assert len(reports) == 1 and len(said) == 1
+    assert said[0].startswith("slurm: sbatch refused rule train's job (SLURM sbatch failed.")
+    assert job.attempt == job.restart_times + 1  # Snakemake's retry test: restart_times > attempt-1
+
+
+def test_an_sbatch_refusal_is_retried_where_the_request_grows_with_attempt():
+    job = _Job(lambda attempt: 3000 * attempt)
+    said, reports = _refused(job)
+    assert (said, len(reports), job.attempt) == ([], 1, 1)
+
+
+def test_other_job_errors_keep_their_retries():
+    job = _Job(lambda attempt: 64000)
+    said, _ = _refused(job, msg="SLURM-job '12' failed, SLURM status is: 'CANCELLED'")
+    assert (said, job.attempt) == ([], 1)
+
+
+def test_the_plugin_reports_a_refusal_as_the_wrapper_expects():
+    """The installed plugin's message for an sbatch refusal begins as the wrapper matches."""
+    import inspect
+
+    assert f'"{slurm.SBATCH_REFUSED}. "' in inspect.getsource(plugin.Executor.run_job)
+    assert plugin.Executor._report_job_error_threadsafe  # the method the wrapper replaces
+
+
+def test_the_request_check_on_snakemakes_own_jobs(tmp_path):
+    """same_request_on_retry on real Snakemake jobs (its DAG of a two-rule Snakefile): a
+    request that grows with `attempt` can change on a retry, a constant one cannot."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import (
+        DAGSettings,
+        OutputSettings,
+        RemoteExecutionSettings,
+        ResourceSettings,
+    )
+
+    (tmp_path / "Snakefile").write_text(
+        'rule grows:\n    output: "a"\n    resources: mem_mb=lambda wc, attempt: 1000 * attempt\n'
+        '    shell: "touch {output}"\n'
+        'rule fixed:\n    output: "b"\n    resources: mem_mb=64000\n    shell: "touch {output}"\n')
+    with SnakemakeApi(OutputSettings()) as api:
+        wf = api.workflow(resource_settings=ResourceSettings(), workdir=tmp_path,
+                          snakefile=tmp_path / "Snakefile")
+        dag = wf.dag(dag_settings=DAGSettings(targets={"a", "b"}))
+        workflow = dag.workflow_api._workflow
+        workflow._prepare_dag(forceall=False, ignore_incomplete=False, lock_warn_only=True)
+        workflow._build_dag()
+        workflow.remote_execution_settings = RemoteExecutionSettings()  # read by restart_times
+        jobs = {job.rule.name: job for job in workflow.dag.jobs}
+        for job in jobs.values():
+            job.rule.restart_times = 2
+        assert not slurm.same_request_on_retry(jobs["grows"])
+        assert slurm.same_request_on_retry(jobs["fixed"])

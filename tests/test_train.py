@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from repro.engines.registry import train
 from repro.models import load
 from repro.objectives import algorithm_names
 from repro.results import TRAIN_LOG, read_table
+from repro.results.io import git_revision
 from repro.results.schemas import TRAIN_LOG_PREAMBLE, TRAIN_LOG_ROUTER
 from repro.training import rollout
 from repro.training.config import TrainConfig, load_train_config
@@ -264,6 +266,11 @@ def test_export_copies_log_and_one_policy_per_budget_fraction(tiny_model, tmp_pa
     dest = export_run(tmp_path / "scratch", tmp_path / "run")
     manifest = json.loads((dest / "manifest.json").read_text())
     assert manifest["fraction_steps"] == {"0.5": 2, "1.0": 4}
+    # provenance (issue 47): the commit, a dirty flag, and start <= end, as UTC ISO times
+    assert manifest["git_commit"] == git_revision().removesuffix("+dirty")
+    assert manifest["git_dirty"] in (True, False) or manifest["git_commit"] == "unknown"
+    started, finished = (datetime.fromisoformat(manifest[k]) for k in ("started", "finished"))
+    assert started.utcoffset() == timedelta(0) and started <= finished
     assert ((dest / "train_log.parquet").read_bytes()
             == (tmp_path / "scratch" / "train_log.parquet").read_bytes())
     ids = torch.tensor([[5, 6, 7, 8]])
@@ -271,6 +278,17 @@ def test_export_copies_log_and_one_policy_per_budget_fraction(tiny_model, tmp_pa
               for name in ("0.5", "1.0")}
     final = load(tmp_path / "scratch" / "final")[0](ids).logits
     assert torch.equal(logits["1.0"], final) and not torch.equal(logits["0.5"], final)
+
+
+def test_provenance_splits_the_revision_into_commit_and_dirty_flag(monkeypatch):
+    from repro.training import run
+
+    for revision, commit, dirty in (("abc123+dirty", "abc123", True), ("abc123", "abc123", False),
+                                    ("unknown", "unknown", None)):
+        monkeypatch.setattr(run, "git_revision", lambda r=revision: r)
+        got = run.provenance("2026-12-05T01:00:00+00:00")
+        assert (got["git_commit"], got["git_dirty"]) == (commit, dirty), revision
+        assert got["started"] == "2026-12-05T01:00:00+00:00" and got["finished"] >= got["started"]
 
 
 def test_export_refuses_an_unfinished_run(tiny_model, tmp_path):

@@ -84,6 +84,28 @@ def test_group_mean_keeps_each_groups_mean_weight_and_cancels():
     assert "group_mean" in cancelling_transforms()
 
 
+def test_group_geomean_cancels_and_stays_bounded_under_a_heavy_tail():
+    """The heavy-tail-safe control of issue 47: w~ = exp(mean log w) per group. Hand values;
+    it cancels; it lies between the group's minimum and mean; one member at 1e12 moves it by
+    a factor 1e12 ** (1/n) only, where the mean follows that member."""
+    w = torch.tensor([1.0, 4.0, 2.0, 0.5], dtype=torch.float64)
+    groups = Groups.from_ids(torch.tensor([0, 0, 1, 1]))
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    got = apply_transform("group_geomean", w, adv, groups)
+    torch.testing.assert_close(got, torch.tensor([2.0, 2.0, 1.0, 1.0], dtype=torch.float64))
+    assert float(groups.sum(got * adv).abs().max()) < 1e-12
+    assert "group_geomean" in cancelling_transforms()
+    tail = torch.tensor([1.0] * 7 + [1e12], dtype=torch.float64)
+    one = Groups.from_ids(torch.zeros(8, dtype=torch.long))
+    a = torch.tensor([1.0, -1.0] * 4, dtype=torch.float64)
+    geo = apply_transform("group_geomean", tail, a, one)
+    torch.testing.assert_close(geo, torch.full((8,), 1e12 ** (1 / 8), dtype=torch.float64))
+    assert float(apply_transform("group_mean", tail, a, one)[0]) > 1e11 > 1e3 > float(geo[0])
+    under = torch.tensor([0.0, 1.0], dtype=torch.float64)  # an underflowed weight stays finite
+    pair = Groups.from_ids(torch.zeros(2, dtype=torch.long))
+    assert torch.isfinite(apply_transform("group_geomean", under, a[:2], pair)).all()
+
+
 @pytest.mark.parametrize("name", cancelling_transforms())
 def test_on_policy_weights_are_unchanged(name):
     """s == 1 (first minibatch after a rollout): the transform is the identity."""

@@ -6,11 +6,7 @@ documented script runs unmodified."""
 from __future__ import annotations
 
 import copy
-import json
-import os
 import re
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -214,32 +210,3 @@ def test_the_s_equals_one_warning_names_its_cause_only_when_it_holds(tmp_path):
             check_dfpo_args(args, make_config(name))
 
 
-def doc_script() -> str:
-    """The first python block of docs/integrations.md's TRL section, as a user copies it."""
-    text = (ROOT / "docs" / "integrations.md").read_text()
-    section = text.split("\n## TRL\n", 1)[1].split("\n## ", 1)[0]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
-
-
-@pytest.mark.slow
-def test_the_documented_script_trains_two_steps_unmodified(tmp_path):
-    """The doc's script, run as is with MODEL (the one placeholder it reads from the
-    environment) naming a tiny model: two steps through DFPOTrainer, whose objective and
-    cancellation metrics land in TRL's log history; the second update of the rollout is
-    off-policy (K = 2), so s spreads there and not in the first."""
-    from repro.models import TinyModelConfig, build_tiny
-
-    build_tiny(TinyModelConfig(hidden_size=32, head_dim=8, intermediate_size=64), tmp_path / "m")
-    (tmp_path / "script.py").write_text(doc_script())
-    env = os.environ | {"MODEL": str(tmp_path / "m"), "PYTHONPATH": str(ROOT),
-                        "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    state = json.loads((tmp_path / "dfpo-demo" / "trainer_state.json").read_text())
-    steps = [row for row in state["log_history"] if "objective/loss" in row]
-    assert [row["step"] for row in steps] == [1, 2]
-    for row in steps:
-        assert {"cancellation/asym", "cancellation/freq_energy", "entropy"} <= set(row)
-        assert row["loss"] == pytest.approx(row["objective/loss"], rel=1e-6)  # TRL logs our loss
-    assert steps[0]["objective/s_spread"] == 0.0 < steps[1]["objective/s_spread"]

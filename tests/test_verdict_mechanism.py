@@ -153,6 +153,8 @@ preregistration: docs/preregistration-3.md
 registered_for: offpolicy-study
 experiments: [offpolicy-study]
 unit: model/seed
+cluster: run_model
+estimator: flat  # the flat rule that block_p recomputes below
 title: "Q ({experiment})"
 no_data: no paired units
 blocks:

@@ -28,14 +28,12 @@ from verl.trainer.ppo.core_algos import get_policy_loss_fn  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 
 from repro.integrations import verl as plugin  # noqa: E402
+from repro.integrations.verl_check import check_run, compose, main  # noqa: E402
 from repro.integrations.verl_config import (  # noqa: E402
     MODES,
     PLUGIN,
     REGISTERED,
     PluginConfigError,
-    check_run,
-    compose,
-    main,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,6 +120,16 @@ REFUSED = {  # override -> the key the one-line error names
     "actor_rollout_ref.actor.loss_agg_mode=token-sum": "loss_agg_mode=token-sum",
     "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla": "policy_loss.loss_mode=vanilla",
     "actor_rollout_ref.model.external_lib=null": "external_lib=repro.integrations.verl",
+    # verl's trainer replaces the loss mode, or adds a loss to it
+    "algorithm.rollout_correction.bypass_mode=true": "rollout_correction.bypass_mode=True",
+    "distillation.enabled=true": "distillation.enabled=True",
+    # estimators whose advantages are not centred per group (found by calling them)
+    "algorithm.adv_estimator=reinforce_plus_plus": "adv_estimator=reinforce_plus_plus gives",
+    "algorithm.adv_estimator=reinforce_plus_plus_baseline":
+        "adv_estimator=reinforce_plus_plus_baseline gives",
+    # a key verl does not read, which a DFPO setting put there would silently be
+    "+actor_rollout_ref.actor.policy_loss.transform=orth_proj":
+        "actor_rollout_ref.actor.policy_loss.transform: no such key (valid: loss_mode,",
 }
 
 
@@ -189,7 +197,11 @@ def test_the_loss_refuses_before_computing():
     # trainer.balance_batch, which the loss cannot see: its reordering of the rows is refused
     message = refusal("dfpo_min", reordered(batch, torch.randperm(12, generator=torch.Generator()
                                                                   .manual_seed(0))), cfg)
-    assert "trainer.balance_batch=True" in message and "not one group" in message
+    assert "trainer.balance_batch=True" in message and "not one centred group" in message
+    # advantages not centred per group: the loss cannot tell this from a reordering, and says so
+    shifted = dataclasses.replace(batch, advantages=(batch.advantages + 0.5) * batch.mask)
+    message = refusal("dfpo_min", shifted, cfg)
+    assert "algorithm.adv_estimator does not centre" in message
 
 
 def micro_batch(batch, rows: list[int]):
@@ -252,10 +264,20 @@ def test_the_uid_route_through_verls_ppo_loss(mode):
 def test_the_row_route_refuses_the_order_that_the_uid_route_reads(no_compute):
     batch = verl_batch(1)
     mixed = [0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]
-    assert "not one group" in refusal("dfpo_min", reordered(batch, mixed), actor())
+    assert "not one centred group" in refusal("dfpo_min", reordered(batch, mixed), actor())
 
 
 def test_the_uid_route_refuses_a_cut_group(no_compute):
     with pytest.raises(PluginConfigError, match=r"a group \(uid\) has 2 of its "
                                                 r"actor_rollout_ref.rollout.n=4 rows"):
         verl_ppo_loss("dfpo_min", verl_batch(1), [0, 1, 2, 3, 4, 5])
+
+
+def test_the_uid_route_blames_the_estimator_for_uncentred_groups(no_compute):
+    """Whole groups whose advantages do not sum to 0: the estimator, not balance_batch."""
+    batch = verl_batch(1)
+    shifted = dataclasses.replace(batch, advantages=(batch.advantages + 0.5) * batch.mask)
+    with pytest.raises(PluginConfigError) as err:
+        verl_ppo_loss("dfpo_min", shifted, list(range(12)))
+    assert "algorithm.adv_estimator does not centre" in str(err.value)
+    assert "balance_batch" not in str(err.value)

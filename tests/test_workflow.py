@@ -153,7 +153,7 @@ def test_paper_dry_run_without_a_lock_warns_and_the_real_run_refuses_before_any_
                                                        "pins missing"), warning
     assert "lcb-train lacks ['test.jsonl'" in warning[0] and "livecodebench lacks" in warning[0]
     assert jobs_planned(out)["train"] >= 2 and no_traceback(out), out[-3000:]
-    assert "Shell command: accelerate launch " in out and "nodes=1, gres=gpu:8" in out
+    assert "fi; accelerate launch " in out and "nodes=1, gres=gpu:8" in out
 
     proc = snakemake("--cores", "1", *preset, cwd=wd)
     out = proc.stdout + proc.stderr

@@ -44,6 +44,15 @@ from repro.objectives import LossConfig, get_algorithm, make_config
 from repro.training.run import nanmean
 from repro.training.trl_options import OBJECTIVE_OPTIONS
 
+# transformers 5.x renamed gradient checkpointing to activation checkpointing; TRL 1.16 still uses
+# the old names (its config's default and its trainer's calls), so every run printed four
+# FutureWarnings that no setting of the user's can silence. Ignored here, on import, before a
+# script builds its GRPOConfig: only these messages, only FutureWarning, only from transformers.
+warnings.filterwarnings(
+    "ignore", category=FutureWarning, module=r"transformers\.",
+    message=r"`(is_)?gradient_checkpointing(_enable|_disable|_kwargs)?` is deprecated and will be "
+            r"removed in v6")
+
 PER_ROW = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages",
            "group", "old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps",
            "seq_weight")

@@ -97,13 +97,56 @@ def _check_boot(n_boot: int, alpha: float) -> None:
         raise ValueError(f"alpha must be in (0, 1), got alpha={alpha}")
 
 
-def _seed_problem_weights(seed: int, n_seeds: int, n_problems: int,
-                          n_boot: int) -> tuple[np.ndarray, np.ndarray]:
+Clusters = Sequence[Any] | None  # per unit (seed), the cluster it nests in; None: independent
+
+
+def cluster_codes(clusters: Clusters, n_units: int) -> np.ndarray | None:
+    """Integer codes (in order of first appearance) of the units' clusters, or None when every
+    unit is its own cluster: nesting then changes nothing and the flat bootstrap is exact."""
+    if clusters is None:
+        return None
+    labels = list(clusters)
+    if len(labels) != n_units:
+        raise ValueError(f"clusters: need one cluster per unit ({n_units}), got {len(labels)}")
+    codes = np.array([list(dict.fromkeys(labels)).index(c) for c in labels])
+    return None if len(set(labels)) == n_units else codes
+
+
+def nested_counts(rng: np.random.Generator, codes: np.ndarray, n_boot: int) -> np.ndarray:
+    """[n_boot, units] multiplicities of the two-stage (hierarchical) bootstrap: the C clusters
+    are drawn with replacement, then, for each drawn copy of a cluster of n units, its n units
+    with replacement. m copies of one cluster draw its units m*n times in all: one multinomial."""
+    n_clusters = int(codes.max()) + 1
+    copies = _counts(rng, n_clusters, n_boot)
+    out = np.zeros((n_boot, len(codes)), dtype=np.int64)
+    for c in range(n_clusters):
+        members = np.flatnonzero(codes == c)
+        if len(members) == 1:
+            out[:, members[0]] = copies[:, c]
+        else:
+            out[:, members] = rng.multinomial(copies[:, c] * len(members),
+                                              np.full(len(members), 1.0 / len(members)))
+    return out
+
+
+def _unit_weights(rng: np.random.Generator, n_units: int, n_boot: int,
+                  clusters: Clusters = None) -> np.ndarray:
+    """[n_boot, units] resampling weights (rows sum to 1): units drawn independently (flat), or
+    nested in their clusters (`nested_counts`); each drawn unit weighs the same, so the
+    statistic stays the mean over units."""
+    codes = cluster_codes(clusters, n_units)
+    counts = _counts(rng, n_units, n_boot) if codes is None else nested_counts(rng, codes, n_boot)
+    return counts / counts.sum(axis=1, keepdims=True)
+
+
+def _seed_problem_weights(seed: int, n_seeds: int, n_problems: int, n_boot: int,
+                          clusters: Clusters = None) -> tuple[np.ndarray, np.ndarray]:
     """[n_boot, seeds] and [n_boot, problems] resampling weights (rows sum to 1) of the
-    two-level bootstrap: problems drawn first from `default_rng(seed)`, then seeds, independently.
-    A replicate of a [seeds, problems] statistic is `seed_w @ matrix @ problem_w`."""
+    two-level bootstrap: problems drawn first from `default_rng(seed)`, then seeds, independently
+    (with `clusters`: the seeds' clusters, then seeds within them). A replicate of a
+    [seeds, problems] statistic is `seed_w @ matrix @ problem_w`."""
     counts, rng = _resample(seed, n_problems, n_boot)
-    return _counts(rng, n_seeds, n_boot) / n_seeds, counts / n_problems
+    return _unit_weights(rng, n_seeds, n_boot, clusters), counts / n_problems
 
 
 def _interval(replicates: np.ndarray, alpha: float) -> tuple[float, float]:
@@ -190,7 +233,8 @@ def paired_bootstrap(
 
 
 def paired_seed_bootstrap(
-    a: Any, b: Any, *, seed: int = 0, n_boot: int = 10_000, alpha: float = 0.05
+    a: Any, b: Any, *, seed: int = 0, n_boot: int = 10_000, alpha: float = 0.05,
+    clusters: Clusters = None,
 ) -> dict[str, float]:
     """A vs B paired by seed and problem: diff = mean over seeds of the per-seed paired
     differences (A and B evaluated at the same seed, on the same problems, with the same
@@ -199,7 +243,9 @@ def paired_seed_bootstrap(
     `a` and `b` are aligned [seeds, problems] score matrices. The differences D = A - B are
     resampled as `bootstrap_ci` resamples scores (seeds and problems, independently), so the
     interval covers both seed and problem variation while the pairing cancels what they share.
-    p_value: the centred two-sided rule of `paired_bootstrap`.
+    p_value: the centred two-sided rule of `paired_bootstrap`. `clusters` (one label per seed
+    row, e.g. the start a seed's runs began from): seeds that share a cluster are not
+    independent, so clusters are resampled first, then seeds within each drawn cluster.
     """
     _check_boot(n_boot, alpha)
     x = np.atleast_2d(_as_matrix(a, "paired_seed_bootstrap: a", (1, 2)))
@@ -208,7 +254,7 @@ def paired_seed_bootstrap(
         raise ValueError(f"paired_seed_bootstrap: a and b must be aligned, got {x.shape} and "
                          f"{y.shape}")
     d = x - y
-    seed_w, problem_w = _seed_problem_weights(seed, *d.shape, n_boot)
+    seed_w, problem_w = _seed_problem_weights(seed, *d.shape, n_boot, clusters)
     replicates = np.einsum("br,rp,bp->b", seed_w, d, problem_w)
     diff = float(d.mean())
     lo, hi = _interval(replicates, alpha)
@@ -217,7 +263,7 @@ def paired_seed_bootstrap(
 
 
 def seed_problem_replicates(
-    d: Any, *, seed: int = 0, n_boot: int = 10_000
+    d: Any, *, seed: int = 0, n_boot: int = 10_000, clusters: Clusters = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """(means [m], replicates [n_boot, m]) of m aligned [seeds, problems] matrices d [m, S, P],
     all resampled with the same seed and problem draws (for statistics across the m, such as a
@@ -227,24 +273,31 @@ def seed_problem_replicates(
     if stack.ndim != 3 or stack.size == 0:
         raise ValueError(f"seed_problem_replicates: need a non-empty [m, seeds, problems] array, "
                          f"got {stack.shape}")
-    seed_w, problem_w = _seed_problem_weights(seed, *stack.shape[1:], n_boot)
+    seed_w, problem_w = _seed_problem_weights(seed, *stack.shape[1:], n_boot, clusters)
     return stack.mean(axis=(1, 2)), np.einsum("br,mrp,bp->bm", seed_w, stack, problem_w)
 
 
 def unit_bootstrap(
-    values: Any, *, seed: int = 0, n_boot: int = 10_000, alpha: float = 0.05
+    values: Any, *, seed: int = 0, n_boot: int = 10_000, alpha: float = 0.05,
+    clusters: Clusters = None,
 ) -> tuple[float, float, float]:
     """(mean, lo, hi) of per-unit values (one number per independent unit, e.g. a per-unit
     paired difference of train-log metrics), resampling the units.
 
     Units are drawn as indices (`integers` of `default_rng(seed)`), not as the multinomial
     counts of `bootstrap_ci`: the same resampling distribution from another random stream, kept
-    because the mechanism study's committed P7-P9 intervals were drawn this way.
+    because the mechanism study's committed P7-P9 intervals were drawn this way. With
+    `clusters` that nest units (some cluster holds several), the nested weights of
+    `_unit_weights` instead.
     """
     _check_boot(n_boot, alpha)
     x = _as_matrix(values, "unit_bootstrap: values", (1,))
-    draws = np.random.default_rng(seed).integers(0, len(x), (n_boot, len(x)))
-    return float(x.mean()), *_interval(x[draws].mean(axis=1), alpha)
+    rng = np.random.default_rng(seed)
+    if cluster_codes(clusters, len(x)) is None:
+        replicates = x[rng.integers(0, len(x), (n_boot, len(x)))].mean(axis=1)
+    else:
+        replicates = _unit_weights(rng, len(x), n_boot, clusters) @ x
+    return float(x.mean()), *_interval(replicates, alpha)
 
 
 def unit_band(

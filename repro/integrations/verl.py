@@ -17,10 +17,11 @@ micro-batch must hold whole groups and the loss must know them. Two routes:
   micro-batch (n = rollout.n) are taken as group k. That holds only when nothing reorders
   rows: the actor settings that would are refused from the config, and trainer.balance_batch
   (invisible from here) from the data: a block whose advantages do not sum to 0 is not one
-  group.
+  centred group (reordered rows, or an estimator that does not centre: the check command tells
+  the two apart from the config; the loss cannot).
 
 `python -m repro.integrations.verl OVERRIDES...` checks a run's overrides before any compute
-(verl_config.check_run).
+(verl_check.check_run).
 """
 
 from __future__ import annotations
@@ -45,14 +46,15 @@ from repro.diagnostics import (
     shared_frac,
     token_coefficients,
 )
+from repro.integrations.verl_check import ADV_SUM_TOL, main, per_response, uncentred_group
 from repro.integrations.verl_config import (
     MODES,
+    PLUGIN,
     REGISTERED,
     PluginConfigError,
     check_rollout_is,
     check_whole_groups,
     couples_groups,
-    main,
     objective_config,
 )
 from repro.objectives import (
@@ -67,7 +69,6 @@ from repro.objectives import (
 # The suite's metric -> its name in verl's metrics dict: verl's own names where verl's losses
 # report the same quantity, `actor/dfpo/<metric>` for the rest.
 VERL_METRIC_NAMES = {"clip_frac": "actor/pg_clipfrac", "ppo_kl": "actor/ppo_kl"}
-ADV_SUM_TOL = 1e-4  # |sum_g A| / sum_g |A| above this: the block is not one centred group
 
 
 @dataclass(frozen=True)
@@ -79,17 +80,6 @@ class MicroBatchRows:
 
 
 _MICRO_BATCH: ContextVar[MicroBatchRows | None] = ContextVar("repro_verl_rows", default=None)
-
-
-def per_response(values: Tensor, mask: Tensor) -> tuple[Tensor, bool]:
-    """(each row's value at its first response token, whether any row's values vary along its
-    response). verl broadcasts an outcome advantage (or a sequence-level weight) to every token
-    of the response; 0 for a row without response tokens."""
-    first = values.gather(1, mask.int().argmax(-1, keepdim=True)).squeeze(1)
-    first = torch.where(mask.any(-1), first, torch.zeros_like(first))
-    dev = torch.where(mask, (values - first[:, None]).abs(), torch.zeros_like(values))
-    varies = bool((dev > 1e-6 * first.abs()[:, None].clamp_min(1e-6)).any())
-    return first, varies
 
 
 def row_groups(mode: str, actor: Any, adv: Tensor) -> Tensor:
@@ -106,14 +96,15 @@ def row_groups(mode: str, actor: Any, adv: Tensor) -> Tensor:
         k = int(off.nonzero()[0])
         raise PluginConfigError(
             f"loss_mode={mode} reads groups from the row order, but rows {k * n}-{k * n + n - 1} "
-            f"of this micro-batch are not one group (their advantages sum to "
-            f"{float(a[k].sum()):.3g}, not 0): trainer.balance_batch=True (verl's default) "
-            "reorders rows (set it False; algorithm.adv_estimator=grpo centres each group)")
+            f"of this micro-batch are not one centred group (their advantages sum to "
+            f"{float(a[k].sum()):.3g}, not 0): either trainer.balance_batch=True reordered them "
+            "or algorithm.adv_estimator does not centre per group (python -m "
+            f"{PLUGIN} OVERRIDES names which)")
     return group
 
 
-def uid_groups(mode: str, actor: Any, rows: MicroBatchRows) -> Tensor:
-    """The uid route's groups, each whole (rollout.n rows) in this micro-batch."""
+def uid_groups(mode: str, actor: Any, rows: MicroBatchRows, adv: Tensor) -> Tensor:
+    """The uid route's groups, each whole (rollout.n rows) in this micro-batch and centred."""
     n = actor.get("rollout_n")
     _, counts = torch.unique(rows.group, return_counts=True)
     cut = counts != n
@@ -122,6 +113,12 @@ def uid_groups(mode: str, actor: Any, rows: MicroBatchRows) -> Tensor:
             f"loss_mode={mode}: a group (uid) has {int(counts[cut][0])} of its "
             f"actor_rollout_ref.rollout.n={n} rows in this micro-batch: trainer.balance_batch=True "
             "(verl's default) cuts groups across micro-batches (set it False)")
+    off = uncentred_group(adv, rows.group)
+    if off is not None:
+        raise PluginConfigError(
+            f"loss_mode={mode}: a group's (uid) advantages sum to {off[1]:.3g}, not 0: "
+            "algorithm.adv_estimator does not centre per group (python -m "
+            f"{PLUGIN} OVERRIDES lists the estimators that do)")
     return rows.group
 
 
@@ -192,7 +189,7 @@ def verl_policy_loss(mode: str) -> Callable[..., tuple[Tensor, dict[str, float]]
         rows = _MICRO_BATCH.get()
         if coupled:
             check_whole_groups(mode, config)
-            group = uid_groups(mode, config, rows) if rows else row_groups(mode, config, adv)
+            group = uid_groups(mode, config, rows, adv) if rows else row_groups(mode, config, adv)
         else:  # the groups only feed the metrics here
             group = rows.group if rows else torch.arange(adv.numel())
         batch = Minibatch(log_prob, old_log_prob, mask, adv, group.to(mask.device))

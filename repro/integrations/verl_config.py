@@ -3,14 +3,13 @@ taken from verl's actor config, and the settings that would silently break cance
 
 Every check raises `PluginConfigError` with one line that names the verl key. The loss runs the
 checks it can see from verl's actor config at its first call; `python -m repro.integrations.verl
-OVERRIDES...` composes verl's whole config from the overrides of a `verl.trainer.main_ppo` command
-and runs all of them (trainer.balance_batch is not visible from the loss) before any compute.
+OVERRIDES...` (verl_check.check_run) runs them and the trainer-level ones (balance_batch, bypass
+mode, the advantage estimator: not visible from the loss) on verl's whole config before any
+compute.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 from repro.objectives import AGG_MODES, LossConfig, get_algorithm, make_config
@@ -49,6 +48,13 @@ def couples_groups(mode: str) -> bool:
     return get_algorithm(MODES[mode][0]).couples_groups
 
 
+def accepted_agg_modes(mode: str) -> tuple[str, ...]:
+    """The loss_agg_modes the mode takes: the suite's, less seq-mean-token-mean for a mode that
+    couples a group (one normaliser per response breaks the cancellation within a group)."""
+    return tuple(a for a in AGG_MODES
+                 if not (couples_groups(mode) and a == "seq-mean-token-mean"))
+
+
 def clip_range(actor: Any) -> tuple[float, float]:
     """verl's (clip_ratio_low, clip_ratio_high), each falling back to clip_ratio as verl's do."""
     low, high = actor.get("clip_ratio_low"), actor.get("clip_ratio_high")
@@ -59,14 +65,14 @@ def clip_range(actor: Any) -> tuple[float, float]:
 def objective_config(mode: str, actor: Any, loss_agg_mode: str) -> LossConfig:
     """The suite's config for `mode` under verl's actor config (`ActorConfig` or its DictConfig)."""
     algorithm, overrides = MODES[mode]
-    if loss_agg_mode not in AGG_MODES:
-        raise PluginConfigError(f"{ACTOR}.loss_agg_mode={loss_agg_mode}: loss_mode={mode} takes "
-                                f"one of {', '.join(AGG_MODES)}")
-    if couples_groups(mode) and loss_agg_mode == "seq-mean-token-mean":
+    if loss_agg_mode not in accepted_agg_modes(mode):
+        if loss_agg_mode not in AGG_MODES:
+            raise PluginConfigError(f"{ACTOR}.loss_agg_mode={loss_agg_mode}: loss_mode={mode} "
+                                    f"takes one of {', '.join(accepted_agg_modes(mode))}")
         raise PluginConfigError(
             f"{ACTOR}.loss_agg_mode=seq-mean-token-mean: loss_mode={mode} needs one normaliser for "
             "a whole group, and this mode divides each response by its own length, so shared "
-            "tokens stop cancelling (use token-mean)")
+            f"tokens stop cancelling (use one of {', '.join(accepted_agg_modes(mode))})")
     fields = {**overrides, "loss_agg_mode": loss_agg_mode,
               "loss_norm_length": actor.get("loss_scale_factor")}
     low, high = clip_range(actor)
@@ -115,57 +121,3 @@ def check_rollout_is(mode: str, level: str | None) -> None:
             f"algorithm.rollout_correction.rollout_is={level}: loss_mode={mode} takes sequence-"
             "level weights only (folded into s before the transform); token-level ones multiply "
             "tokens after it, so copies of a shared token stop cancelling")
-
-
-def plugin_loaded(cfg: Any) -> bool:
-    libs = cfg.actor_rollout_ref.model.get("external_lib") or ""
-    modules = os.environ.get("VERL_USE_EXTERNAL_MODULES", "")
-    return PLUGIN in str(libs).split(",") or PLUGIN in modules.split(",")
-
-
-def check_run(cfg: Any) -> str:
-    """Every check on verl's composed config (the `ppo_trainer` DictConfig); a summary line."""
-    actor = cfg.actor_rollout_ref.actor
-    mode = actor.policy_loss.loss_mode
-    if mode not in REGISTERED:
-        raise PluginConfigError(f"{LOSS_MODE_KEY}={mode} is not one of the plugin's modes "
-                                f"({', '.join(REGISTERED)})")
-    if not plugin_loaded(cfg):
-        raise PluginConfigError(f"the plugin is not loaded: add "
-                                f"actor_rollout_ref.model.external_lib={PLUGIN}")
-    if cfg.algorithm.adv_estimator == "gae":
-        raise PluginConfigError(
-            f"algorithm.adv_estimator=gae (verl's default) gives per-token advantages; "
-            f"loss_mode={mode} takes one per response (algorithm.adv_estimator=grpo)")
-    objective = objective_config(mode, actor, actor.loss_agg_mode)
-    check_rollout_is(mode, cfg.algorithm.rollout_correction.get("rollout_is"))
-    if couples_groups(mode):
-        if cfg.trainer.balance_batch:
-            raise PluginConfigError(
-                f"trainer.balance_batch=True (verl's default) reorders rows across ranks and "
-                f"micro-batches, which cuts the groups that loss_mode={mode} weighs together "
-                "(set it False)")
-        check_whole_groups(mode, actor)
-    return f"ok: loss_mode={mode} is {objective}"
-
-
-def compose(overrides: list[str]) -> Any:
-    """verl's `ppo_trainer` config under command-line overrides, as main_ppo composes it."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-
-    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        return hydra_compose(config_name="ppo_trainer", overrides=overrides)
-
-
-def main(argv: list[str]) -> int:
-    """`python -m repro.integrations.verl OVERRIDES...`: check a run's overrides, one line out."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        print(check_run(compose(argv)))
-    except (ValueError, HydraException, OmegaConfBaseException) as err:  # one line, no traceback
-        print(f"error: {str(err).strip().splitlines()[0]}", file=sys.stderr)
-        return 1
-    return 0

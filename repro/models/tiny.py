@@ -11,6 +11,7 @@ the fast kernels on GPU.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
@@ -106,3 +107,19 @@ def build_tiny(
 
         atomic_dir(Path(out_dir), save)
     return model, tok
+
+
+def main(argv: list[str]) -> int:
+    """`python -m repro.models.tiny OUT`: write the default tiny Qwen3 to OUT, offline (for a
+    TRL or verl user's first run; needs torch and transformers only, not the pipeline)."""
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print("usage: python -m repro.models.tiny OUT  (a folder to write the tiny Qwen3 to)",
+              file=sys.stderr)
+        return 2
+    model, _ = build_tiny(TinyModelConfig(), argv[0])
+    print(f"{argv[0]}: tiny random qwen3, {model.num_parameters()} parameters")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

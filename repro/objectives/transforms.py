@@ -78,6 +78,18 @@ def group_mean(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
     return groups.broadcast(groups.mean(w))
 
 
+@register_transform("group_geomean", cancels=True)
+def group_geomean(w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
+    """Control (issue 47): every member gets its group's geometric mean weight, exp(mean log w).
+    It cancels as group_mean does, but one heavy-tailed member (the product reading's s reached
+    99 under study 3's reuse, and the arithmetic mean blew up with it) moves it by only its
+    log / group size; it lies between the group's minimum and mean. Computed in log space."""
+    import torch
+
+    tiny = torch.finfo(w.dtype).tiny  # a weight that underflowed to 0 reads as the smallest
+    return groups.broadcast(torch.exp(groups.mean(torch.log(w.clamp_min(tiny)))))
+
+
 def _projection_coefficient(
     w: Tensor, a: Tensor, groups: Groups, active: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:

@@ -17,6 +17,11 @@ silence (2.8.0; Snakemake-Profiles/slurm fixed the same in its status script in 
 
 Pending jobs: the plugin says nothing while a job waits, so a drained or down node, a partition
 limit or a held job looks like a hung workflow; `watch_pending` says which job waits and why.
+
+Refused submissions: when sbatch refuses a job (a request no node can hold, an unknown account),
+the plugin reports a job error and Snakemake resubmits it `retries` times, though the same
+request gets the same answer. `wrap_sbatch_refusal` lets a retry happen only where the profile
+makes the request depend on `attempt`.
 """
 
 from __future__ import annotations
@@ -143,6 +148,50 @@ def wrap_state_query(plugin: Any) -> None:
     plugin.query_job_status = query_job_status
 
 
+SBATCH_REFUSED = "SLURM sbatch failed"  # how the plugin (2.8.0) begins that job error
+
+
+def same_request_on_retry(job: Any) -> bool:
+    """Is the job's resource request the same at every attempt it has left (no profile
+    expression of `attempt` changes it)? A group job or one that cannot tell: False."""
+    rule = getattr(job, "rule", None)
+    if rule is None or not hasattr(rule, "expand_resources"):
+        return False
+    def request(resources: Any) -> dict[str, Any]:  # tmpdir: evaluated in the job, not asked
+        return {k: v for k, v in resources.items() if k != "tmpdir"}
+
+    try:
+        now = request(job.resources)
+        for attempt in range(job.attempt + 1, job.restart_times + 2):
+            later = rule.expand_resources(job.wildcards_dict, job.input, attempt,
+                                          skip_evaluation={"tmpdir"})
+            if request(later) != now:
+                return False
+    except Exception:  # never lose the plugin's error report to this check: keep the retries
+        return False
+    return True
+
+
+def wrap_sbatch_refusal(executor_cls: Any, say: Callable[[str], None]) -> None:
+    """Make the executor's job-error report spend a refused job's retries where its request
+    cannot change (once): Snakemake then fails it at once instead of resubmitting it."""
+    report = executor_cls._report_job_error_threadsafe
+    if getattr(report, "no_retry_of_refusal", False):
+        return
+
+    def report_job_error(self: Any, job_info: Any, msg: str) -> Any:
+        job = getattr(job_info, "job", None)
+        if msg.startswith(SBATCH_REFUSED) and job is not None and job.attempt <= job.restart_times \
+                and same_request_on_retry(job):
+            say(f"slurm: sbatch refused rule {job.rule.name}'s job ({msg.splitlines()[0]}); the "
+                "same request on a retry gets the same answer, so it is not resubmitted")
+            job.attempt = job.restart_times + 1
+        return report(self, job_info, msg)
+
+    report_job_error.no_retry_of_refusal = True
+    executor_cls._report_job_error_threadsafe = report_job_error
+
+
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -154,6 +203,7 @@ def check_executor(workflow: Any) -> None:
     from snakemake_executor_plugin_slurm.job_status_query import get_min_job_age
 
     wrap_state_query(plugin)
+    wrap_sbatch_refusal(plugin.Executor, _say)
 
     settings = workflow.executor_settings
     command, line = status_command(settings.status_command, sacct_failure(), get_min_job_age(),

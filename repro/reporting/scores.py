@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -60,10 +61,12 @@ def estimate(scores: SeedScores) -> Estimate | None:
     return Estimate(100 * mean, 100 * lo, 100 * hi, matrix.shape[0], len(problems))
 
 
-def compare(a: SeedScores, b: SeedScores) -> Comparison | None:
+def compare(a: SeedScores, b: SeedScores,
+            clusters: Mapping[Any, Any] | None = None) -> Comparison | None:
     """A - B as the mean of per-seed paired differences (same seed, same problems, same
     sampling seed), with a bootstrap over seeds and problems; only the seeds both have count.
-    None when they share no seed or problem."""
+    `clusters` (seed -> the cluster it nests in, e.g. its start): the nested bootstrap of
+    repro.evaluation.stats instead of the flat one. None when they share no seed or problem."""
     seeds = sorted(set(a) & set(b))
     if not seeds:
         return None
@@ -72,7 +75,8 @@ def compare(a: SeedScores, b: SeedScores) -> Comparison | None:
         return None
     x = np.array([[a[s][p] for p in common] for s in seeds], dtype=float)
     y = np.array([[b[s][p] for p in common] for s in seeds], dtype=float)
-    test = paired_seed_bootstrap(x, y)
+    test = paired_seed_bootstrap(
+        x, y, clusters=None if clusters is None else [clusters[s] for s in seeds])
     return Comparison(100 * test["diff"], 100 * test["lo"], 100 * test["hi"], test["p_value"],
                       len(seeds), len(common))
 

@@ -20,7 +20,7 @@ from repro.reporting.tables_budget import budget_table
 from repro.reporting.tables_eval import ablation_tables, main_table
 from repro.reporting.tables_paper import paper_table
 from repro.reporting.tables_train import compute_table, mechanism_table
-from repro.reporting.verdict import verdict_tables
+from repro.reporting.verdict import secondary_tables, verdict_tables
 from repro.reporting.verdict_spec import spec_for
 from repro.results import PAPER_REFERENCE, read_table
 from repro.results.environment import summary
@@ -31,8 +31,11 @@ TABLES: dict[str, Callable[[Aggregate], list[Table]]] = {
     "mechanism": mechanism_table,
     "ablations": ablation_tables,
     "verdict": verdict_tables,  # the rules of the experiment's predictions file
+    # the same rules read with a nested bootstrap, where the file dates that secondary reading
+    "verdict_nested": lambda agg: secondary_tables(agg, "nested"),
     "budget": budget_table,
 }
+OPTIONAL = {"verdict_nested"}  # written only when not empty (not a declared workflow output)
 
 
 def write_tables(aggregate: Path, out: Path, paper: Path | None = None) -> list[Path]:
@@ -43,7 +46,7 @@ def write_tables(aggregate: Path, out: Path, paper: Path | None = None) -> list[
     if paper is not None:
         built["paper"] = paper_table(agg, read_table(paper, PAPER_REFERENCE))
     footer = environment_notes(aggregate)
-    return [path for name, tables in built.items()
+    return [path for name, tables in built.items() if tables or name not in OPTIONAL
             for path in write_report(out, name, with_footer(tables, footer))]
 
 

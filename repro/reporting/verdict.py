@@ -9,7 +9,7 @@ prints the table.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from repro.evaluation.stats import holm
@@ -20,6 +20,7 @@ from repro.reporting.tables_train import regime_table
 from repro.reporting.verdict_metrics import (
     Part,
     Scope,
+    Unit,
     curves,
     score_pair,
     unit_values,
@@ -27,6 +28,7 @@ from repro.reporting.verdict_metrics import (
 from repro.reporting.verdict_spec import Row, Spec, SpecError, metric_parts, spec_for
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "fails", "inconclusive"
+START_COLUMN = "run_model"  # the runs column of the start (model) an RL run began from
 # descriptive tables a predictions file may add after its verdicts ("reported without a verdict")
 EXTRA_TABLES: dict[str, Callable[[Aggregate], Table]] = {"regime": regime_table}
 
@@ -100,7 +102,7 @@ def _test(agg: Aggregate, spec: Spec, scope: Scope, row: Row, expr: str) -> Test
         return no_data
     if row.test == "paired":
         pair = score_pair(agg, scope, expr, a, b)
-        stats = rules.paired(*pair)
+        stats = rules.paired(*pair, scope.clusters)
         return no_data if stats is None else Tested(row, stats, lambda s: row.numbers.format(
             **s, delta=spec.delta.format(**s), twin=_twin(agg, spec, scope, row, a, b),
             by_model=_by_model(scope, row, pair)))
@@ -108,7 +110,7 @@ def _test(agg: Aggregate, spec: Spec, scope: Scope, row: Row, expr: str) -> Test
         sizes = sorted({g for part, model, _ in scope.runs(a)
                         for g in agg.group_sizes(model, (a, b))})
         stats, count = rules.slope({g: score_pair(agg, scope, expr, a, b, g) for g in sizes},
-                                   row.min_sizes)
+                                   row.min_sizes, scope.clusters)
         if stats is None:
             return Tested(row, None, lambda s: (row.no_data or spec.no_data).format(sizes=count))
         return Tested(row, stats, lambda s: row.numbers.format(**s))
@@ -125,7 +127,8 @@ def _test(agg: Aggregate, spec: Spec, scope: Scope, row: Row, expr: str) -> Test
         return Tested(row, overall, lambda s: "; ".join(
             row.numbers.format(B=x, **o) for x, o in zip(bs, per_other, strict=True)))
     values = [unit_values(agg, scope, x, expr, spec.final_steps) for x in (a, b)]
-    stats = (rules.unit_mean(*values, row.difference or "minus") if row.test == "unit_mean"
+    stats = (rules.unit_mean(*values, row.difference or "minus", scope.clusters)
+             if row.test == "unit_mean"
              else {"sign": rules.sign, "ratio": rules.ratio}[row.test](*values))
     return no_data if stats is None else Tested(row, stats, lambda s: row.numbers.format(**s))
 
@@ -133,7 +136,7 @@ def _test(agg: Aggregate, spec: Spec, scope: Scope, row: Row, expr: str) -> Test
 def _twin(agg: Aggregate, spec: Spec, scope: Scope, row: Row, a: str, b: str) -> str:
     if row.twin is None:
         return ""
-    stats = rules.paired(*score_pair(agg, scope, row.twin.metric, a, b))
+    stats = rules.paired(*score_pair(agg, scope, row.twin.metric, a, b), scope.clusters)
     return spec.no_data if stats is None else row.twin.numbers.format(**stats)
 
 
@@ -147,7 +150,7 @@ def _by_model(scope: Scope, row: Row, pair: tuple[dict, dict]) -> str:
             group = f"{part.prefix}{model}"
             only = [{u: v for u, v in side.items()
                      if scope.by_seed or str(u).rsplit("/", 1)[0] == group} for side in pair]
-            stats = rules.paired(*only)
+            stats = rules.paired(*only, scope.clusters)
             if stats is not None:
                 out.append(row.by_model.format(model=group, **stats))
     return ", ".join(out)
@@ -215,9 +218,54 @@ def _block(agg: Aggregate, spec: Spec, name: str | None, scope: Scope, gated: bo
     return out, all(v.verdict == HOLDS for v in out if v.pid in {g.id for g in spec.gates})
 
 
-def evaluate(agg: Aggregate, spec: Spec) -> list[Verdict]:
-    """Every row of the study's verdict table, block by block."""
+def _runs_column(agg: Aggregate, name: str) -> list[Any]:
+    return agg.runs.column(name).to_pylist()
+
+
+def check_nesting(agg: Aggregate, spec: Spec) -> None:
+    """The cluster column must be one of the aggregate's runs, and units that share a start
+    (several RL seeds of one arm from one model) must be declared to nest."""
+    if spec.cluster is not None and spec.cluster not in agg.runs.column_names:
+        raise SpecError(f"{spec.path}: cluster: the aggregate's runs have no column "
+                        f"{spec.cluster!r} (columns: {', '.join(agg.runs.column_names)})")
+    if spec.cluster is None:
+        seeds: dict[tuple, set] = {}
+        for key in zip(*(_runs_column(agg, c) for c in (START_COLUMN, "run_algo", "run_group_size",
+                                                     "run_seed")), strict=True):
+            seeds.setdefault(key[:3], set()).add(key[3])
+        most = max(map(len, seeds.values()), default=0)
+        if most > 1:
+            raise SpecError(f"{spec.path}: cluster: not declared, but the units nest ({most} RL "
+                            f"seeds of one arm share a start); declare cluster: {START_COLUMN}")
+
+
+def unit_clusters(agg: Aggregate, spec: Spec, scope: Scope) -> dict[Unit, str]:
+    """unit -> its value of the cluster column (one per unit, whatever arm: else refused)."""
+    found: dict[tuple[str, int], set[str]] = {}
+    for model, seed, value in zip(*(_runs_column(agg, c) for c in (START_COLUMN, "run_seed",
+                                                              spec.cluster)), strict=True):
+        found.setdefault((model, seed), set()).add(str(value))
+    out = {}
+    for part in scope.parts:
+        for (model, seed), values in found.items():
+            if model in part.models:
+                if len(values) > 1:
+                    raise SpecError(f"{spec.path}: cluster: {spec.cluster} takes {len(values)} "
+                                    f"values within the unit {model}/{seed}")
+                out[scope.key(part, model, seed)] = values.pop()
+    return out
+
+
+def evaluate(agg: Aggregate, spec: Spec, estimator: str | None = None) -> list[Verdict]:
+    """Every row of the study's verdict table, block by block, with the registered estimator
+    or the one named (a secondary reading)."""
     check_registered(agg, spec)
+    check_nesting(agg, spec)
+    nested = (estimator or spec.estimator) == "nested" and spec.cluster is not None
+
+    def scoped(scope: Scope) -> Scope:
+        return replace(scope, clusters=unit_clusters(agg, spec, scope)) if nested else scope
+
     unknown = set(spec.tables) - set(EXTRA_TABLES)
     if unknown:
         raise SpecError(f"{spec.path}: tables: unknown {', '.join(sorted(unknown))} (known: "
@@ -235,14 +283,14 @@ def evaluate(agg: Aggregate, spec: Spec) -> list[Verdict]:
         blocks = [(None, Scope((Part(models),), by_seed))]
     rows, valid = [], []
     for name, scope in blocks:
-        block_rows, ok = _block(agg, spec, name, scope, gated=True)
+        block_rows, ok = _block(agg, spec, name, scoped(scope), gated=True)
         rows += block_rows
         if ok:
             valid += [Part(p.models, p.label, f"{name}/") for p in scope.parts]
     if spec.pooled:
         label = None if valid else (spec.gates[0].label if spec.gates else None)
-        rows += _block(agg, spec, "pooled", Scope(tuple(valid), by_seed=False), gated=False,
-                       invalid_label=label)[0]
+        rows += _block(agg, spec, "pooled", scoped(Scope(tuple(valid), by_seed=False)),
+                       gated=False, invalid_label=label)[0]
     return rows
 
 
@@ -252,15 +300,51 @@ def verdict_tables(agg: Aggregate) -> list[Table]:
     return verdict_tables_of(agg, spec_for(agg.study.experiment))
 
 
-def verdict_tables_of(agg: Aggregate, spec: Spec) -> list[Table]:
-    rows = evaluate(agg, spec)
+def secondary_tables(agg: Aggregate, estimator: str) -> list[Table]:
+    """The verdict table read with a secondary estimator the predictions file dates, without
+    the descriptive tables; none when the file names no such reading."""
+    spec = spec_for(agg.study.experiment)
+    if estimator not in spec.secondary:
+        return []
+    return verdict_tables_of(agg, spec, estimator)[:1]
+
+
+def estimator_note(agg: Aggregate, spec: Spec, estimator: str) -> str:
+    """What the table's intervals resample: every nested table says so (a flat registered
+    table's own notes say how it resampled, as registered)."""
+    if estimator != "nested":
+        return ("Estimator: flat bootstrap: units resampled as independent, then problems "
+                f"(the registered estimator is {spec.estimator}).")
+    starts = len(set(_runs_column(agg, spec.cluster))) if spec.cluster else 0
+    how = ("nested bootstrap: the starts (runs column "
+           f"{spec.cluster}, {starts} in the aggregate) resampled with replacement, then the RL "
+           "seeds within each drawn start, then the problems; units that share a start are one "
+           "cluster, a start with one unit is resampled as a unit") if spec.cluster else (
+           "no unit shares a start, so the nested bootstrap is the flat one over units and "
+           "problems")
+    if estimator == spec.estimator:
+        return f"Estimator: {how}."
+    return (f"Secondary analysis of {spec.secondary[estimator]}, not the registered verdicts "
+            f"(those use the {spec.estimator} estimator, as registered): the same rules and "
+            f"thresholds, intervals and p from a {how}.")
+
+
+def verdict_tables_of(agg: Aggregate, spec: Spec, estimator: str | None = None) -> list[Table]:
+    estimator = estimator or spec.estimator
+    rows = evaluate(agg, spec, estimator)
     blocks = list(dict.fromkeys(v.block for v in rows))
     column = [] if len(blocks) <= 1 else ["model" if spec.per_model else spec.subset_column]
+    secondary = estimator != spec.estimator
+    notes = [n.format(experiment=agg.study.experiment, models=", ".join(agg.models()))
+             for n in spec.notes]
+    if estimator == "nested" or secondary:  # a flat registered table's notes say it already
+        notes.append(estimator_note(agg, spec, estimator))
     table = Table(
-        spec.title.format(experiment=agg.study.experiment),
+        spec.title.format(experiment=agg.study.experiment)
+        + (f" [secondary: {estimator} estimator, {spec.secondary[estimator]}]" if secondary
+           else ""),
         [*column, "id", "prediction", "numbers", "verdict"],
         [[*([v.block] if column else []), v.pid, v.claim, v.numbers, v.verdict] for v in rows],
-        [n.format(experiment=agg.study.experiment, models=", ".join(agg.models()))
-         for n in spec.notes])
+        notes)
     return [table, *(EXTRA_TABLES[name](agg) for name in spec.tables)]
 

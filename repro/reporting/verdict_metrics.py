@@ -10,8 +10,8 @@ are pooled over subsets ("source/model/seed").
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -39,6 +39,8 @@ class Part:
 class Scope:
     parts: tuple[Part, ...]
     by_seed: bool  # unit key: the bare seed (one model) or PREFIX + "model/seed"
+    # unit -> the cluster (start) it nests in, for the nested bootstrap; None: flat
+    clusters: Mapping[Unit, str] | None = field(default=None, compare=False)
 
     def key(self, part: Part, model: str, seed: int) -> Unit:
         return seed if self.by_seed else f"{part.prefix}{model}/{seed}"

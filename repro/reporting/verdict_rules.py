@@ -15,12 +15,14 @@ from repro.reporting.scores import compare
 from repro.reporting.verdict_metrics import Unit, UnitScores, log_ratio
 
 Stats = dict[str, float]
+Clusters = Mapping[Unit, str] | None  # unit -> the cluster it nests in; None: flat bootstrap
 
 
-def paired(a: UnitScores, b: UnitScores) -> Stats | None:
+def paired(a: UnitScores, b: UnitScores, clusters: Clusters = None) -> Stats | None:
     """A - B in points: the mean of per-unit paired differences over the units and problems
-    both have, 95% bootstrap over units and problems (scores.compare), two-sided p."""
-    c = compare(a, b)
+    both have, 95% bootstrap over units and problems (scores.compare; nested in `clusters`,
+    unit -> cluster, when given), two-sided p."""
+    c = compare(a, b, clusters)
     if c is None:
         return None
     return {"diff": c.diff, "lo": c.lo, "hi": c.hi, "p": c.p_value, "units": c.seeds,
@@ -57,14 +59,17 @@ def ratio(a: Mapping[Unit, float], b: Mapping[Unit, float]) -> Stats | None:
             "not_below_share": (n - below) / n, "mean_ratio": float(np.mean(ratios))}
 
 
-def unit_mean(a: Mapping[Unit, float], b: Mapping[Unit, float], difference: str) -> Stats | None:
-    """The mean over units of D_u (A - B, or log(A / B)), 95% bootstrap over units."""
+def unit_mean(a: Mapping[Unit, float], b: Mapping[Unit, float], difference: str,
+              clusters: Clusters = None) -> Stats | None:
+    """The mean over units of D_u (A - B, or log(A / B)), 95% bootstrap over units (nested in
+    `clusters` when given)."""
     diff = log_ratio if difference == "log_ratio" else (lambda x, y: x - y)
-    values = [d for u in sorted(set(a) & set(b))
-              if math.isfinite(d := diff(a[u], b[u]))]
-    if not values:
+    found = {u: d for u in sorted(set(a) & set(b)) if math.isfinite(d := diff(a[u], b[u]))}
+    if not found:
         return None
-    mean, lo, hi = unit_bootstrap(values)
+    values = list(found.values())
+    mean, lo, hi = unit_bootstrap(
+        values, clusters=None if clusters is None else [clusters[u] for u in found])
     return {"mean": mean, "lo": lo, "hi": hi, "units": len(values)}
 
 
@@ -92,8 +97,8 @@ def differ(a: Mapping[Unit, np.ndarray], others: Sequence[Mapping[Unit, np.ndarr
     return overall, per_other
 
 
-def slope(by_size: Mapping[int, tuple[UnitScores, UnitScores]], min_sizes: int
-          ) -> tuple[Stats | None, int]:
+def slope(by_size: Mapping[int, tuple[UnitScores, UnitScores]], min_sizes: int,
+          clusters: Clusters = None) -> tuple[Stats | None, int]:
     """Least-squares slope of Δ_G = mean(A - B) on log2 G, in points per doubling, with a joint
     bootstrap: every G on the same units and problems, resampled together. Also returns how
     many group sizes have runs of both arms."""
@@ -108,7 +113,8 @@ def slope(by_size: Mapping[int, tuple[UnitScores, UnitScores]], min_sizes: int
     diffs = [[[runs[g][0][u][p] - runs[g][1][u][p] for p in common] for u in units]
              for g in sizes]
     x = np.log2(sizes)
-    means, reps = seed_problem_replicates(diffs)
+    means, reps = seed_problem_replicates(
+        diffs, clusters=None if clusters is None else [clusters[u] for u in units])
     centred = (x - x.mean()) / ((x - x.mean()) ** 2).sum()
     lo, hi = 100 * np.quantile(reps @ centred, [.025, .975])
     per_size = ", ".join(f"G{g}: {100 * m:+.1f}" for g, m in zip(sizes, means, strict=True))

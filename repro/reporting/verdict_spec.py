@@ -20,6 +20,8 @@ from repro.reporting.study import Study
 PREDICTIONS = Path(__file__).with_name("predictions")
 START = "start"  # the arm name of the SFT start (evaluated at frac 0, no group size)
 UNITS = ("seed", "model/seed")
+# how a table's intervals resample the units: as independent (flat) or nested in their cluster
+ESTIMATORS = ("flat", "nested")
 OPS: dict[str, Callable[[float, float], bool]] = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq}
 # test kind -> the statistics its holds/fails conditions may name
@@ -140,6 +142,9 @@ class Spec:
     claim_prefix: str = ""
     notes: tuple[str, ...] = ()
     tables: tuple[str, ...] = ()
+    cluster: str | None = None  # the runs column of the start units nest in (None: independent)
+    estimator: str = "nested"  # the registered one (flat: the file's notes say how)
+    secondary: dict[str, str] = field(default_factory=dict)  # estimator -> date of that reading
 
 
 def _fail(path: Path, key: str, why: str) -> SpecError:
@@ -236,7 +241,31 @@ def _row(path: Path, where: str, raw: Any, families: dict[str, dict], gate: bool
 
 SPEC_KEYS = {"preregistration", "registered_for", "experiments", "settings", "roles", "unit",
              "blocks", "final_steps", "title", "claim_prefix", "no_data", "delta", "notes",
-             "tables", "gates", "families", "predictions"}
+             "tables", "gates", "families", "predictions", "cluster", "estimator", "secondary"}
+
+
+def _inference(path: Path, raw: dict) -> tuple[str | None, str, dict[str, str]]:
+    """cluster (a column name, or none), the registered estimator and the dated secondary
+    readings: {ESTIMATOR: "YYYY-MM-DD"}."""
+    cluster = raw.get("cluster")
+    if cluster is not None and not (isinstance(cluster, str) and cluster.isidentifier()):
+        raise _fail(path, "cluster", f"need a column of the aggregate's runs or none, got "
+                    f"{cluster!r}")
+    estimator = raw.get("estimator", "nested")
+    if estimator not in ESTIMATORS:
+        raise _fail(path, "estimator", f"one of {', '.join(ESTIMATORS)}, got {estimator!r}")
+    secondary = raw.get("secondary") or {}
+    if not isinstance(secondary, dict):
+        raise _fail(path, "secondary", f"need {{ESTIMATOR: DATE}}, got {secondary!r}")
+    for name, date in secondary.items():
+        if name not in ESTIMATORS or name == estimator:
+            raise _fail(path, f"secondary.{name}", f"need an estimator other than the registered "
+                        f"{estimator} (one of {', '.join(ESTIMATORS)})")
+        if not re.fullmatch(r"\d{4}-\d\d-\d\d", str(date)):
+            raise _fail(path, f"secondary.{name}", f"need the date of the reading, YYYY-MM-DD, "
+                        f"got {date!r}")
+    return (None if cluster == "none" else cluster), estimator, \
+        {str(k): str(v) for k, v in secondary.items()}
 
 
 def load_spec(path: Path) -> Spec:
@@ -287,6 +316,7 @@ def load_spec(path: Path) -> Spec:
     roles = {name: Role(**r) for name, r in (raw.get("roles") or {}).items()}
     per_model, subsets, column, pooled = _blocks(path, raw.get("blocks"), raw["unit"])
     experiments = raw["experiments"]
+    cluster, estimator, secondary = _inference(path, raw)
     return Spec(
         path=path, preregistration=str(raw["preregistration"]),
         registered_for=str(raw["registered_for"]),
@@ -297,7 +327,8 @@ def load_spec(path: Path) -> Spec:
         gates=gates, predictions=predictions, holm=holm, roles=roles, per_model=per_model,
         subsets=subsets, subset_column=column, pooled=pooled,
         final_steps=int(raw.get("final_steps", 5)), claim_prefix=str(raw.get("claim_prefix", "")),
-        notes=tuple(map(str, raw.get("notes") or ())), tables=tuple(raw.get("tables") or ()))
+        notes=tuple(map(str, raw.get("notes") or ())), tables=tuple(raw.get("tables") or ()),
+        cluster=cluster, estimator=estimator, secondary=secondary)
 
 
 def _blocks(path: Path, raw: Any, unit: str) -> tuple[bool, tuple[Subset, ...], str, bool]:

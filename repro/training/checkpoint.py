@@ -56,6 +56,7 @@ class RunState:
     # train.staleness = d: the policy's weights (CPU state dicts) at the start of the last d
     # rollout steps, oldest first; the oldest samples the next rollout. Empty when d = 0.
     lagged: list[dict[str, Any]] = field(default_factory=list)
+    started: str | None = None  # UTC time of step 0 (ISO); a resumed run keeps its first start
 
 
 def save_checkpoint(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from torch import Tensor
 from repro.atomic import atomic_dir
 from repro.models.loader import checkpoint_dtype
 from repro.results import TRAIN_LOG, write_table
+from repro.results.io import git_revision
 from repro.results.schemas import (
     TRAIN_LOG_ADDED,
     TRAIN_LOG_OFFPOLICY,
@@ -68,15 +70,30 @@ def finish_run(out: Path, model, tok, state: RunState, identity: dict[str, Any],
     fraction_steps = {frac_label(f): s for f, s in state.fraction_steps.items()}
     write_manifest(out / MANIFEST, identity | {"steps_done": state.step,
                                                 "fraction_steps": fraction_steps,
-                                                "export_dtype": checkpoint_dtype(cfg.model)})
+                                                "export_dtype": checkpoint_dtype(cfg.model)}
+                   | provenance(state.started))
     return final
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def provenance(started: str | None) -> dict[str, Any]:
+    """What a manifest records so a study's order is checkable from its data (a pre-registration
+    must precede every confirmatory run): the commit the run's code came from, whether the tree
+    had uncommitted changes (None: not a git checkout), and when the run started and ended."""
+    revision = git_revision()
+    return {"git_commit": revision.removesuffix("+dirty"),
+            "git_dirty": None if revision == "unknown" else revision.endswith("+dirty"),
+            "started": started, "finished": utc_now()}
 
 
 def initial_state(probes: ProbeSet | None, model) -> RunState:
     """Counters and probe baselines of a run at step 0."""
     logodds0, ctx0 = probes.measure(model) if probes else (math.nan, None)
     preamble0 = probes.preamble.measure(model) if probes and probes.preamble else None
-    return RunState(logodds0=logodds0, prev_ctx=ctx0, preamble0=preamble0)
+    return RunState(logodds0=logodds0, prev_ctx=ctx0, preamble0=preamble0, started=utc_now())
 
 
 def step_row(cfg: TrainConfig, state: RunState, n_params: int, has_ref: bool,
