@@ -28,10 +28,14 @@ from repro.reporting.verdict_spec import START
 DODGE = 0.018  # share of the budget between neighbouring arms at one fraction
 PANEL_WIDTH, LEGEND_WIDTH, HEIGHT = 3.3, 2.3, 3.6
 UNITS_NOTE = "bars: 95% CI, bootstrap\nover units ({unit})\nand problems"
+NESTED_NOTE = ("bars: 95% CI, bootstrap\nover starts, units\n(start x RL seed) in\n"
+               "them, and problems")
 
 
-def _unit(panel: BudgetPanel) -> str:
-    return "seeds" if panel.scope.by_seed else "start x RL seed"
+def _interval_note(panel: BudgetPanel) -> str:
+    if panel.scope.clusters:
+        return NESTED_NOTE
+    return UNITS_NOTE.format(unit="seeds" if panel.scope.by_seed else "start x RL seed")
 
 
 def _draw(ax: Axes, series: list[tuple[str, list[Point]]], look: dict[str, Look],
@@ -90,7 +94,7 @@ def difference_vs_budget(agg: Aggregate) -> Figure:
         ax.set_title(panel.title, fontsize=9)
     axes[0].set_ylabel(f"paired Δ, {measure(agg)} (points)")
     title(fig, agg, "Paired difference from the reference arm")
-    legend(fig, "arm A: mean paired Δ\n" + UNITS_NOTE.format(unit=_unit(drawn[0][0])))
+    legend(fig, "arm A: mean paired Δ\n" + _interval_note(drawn[0][0]))
     return fig
 
 
@@ -119,5 +123,5 @@ def accuracy_vs_budget(agg: Aggregate) -> Figure:
         ax.set_title(panel.title.split(":")[0], fontsize=9)
     axes[0].set_ylabel(f"{measure(agg)} (%)")
     title(fig, agg, "Held-out accuracy over the training budget")
-    legend(fig, "mean over units\nand problems\n" + UNITS_NOTE.format(unit=_unit(drawn[0][0])))
+    legend(fig, "mean over units\nand problems\n" + _interval_note(drawn[0][0]))
     return fig

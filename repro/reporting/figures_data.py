@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -21,9 +21,10 @@ from repro.reporting.load import Aggregate, SeedScores
 from repro.reporting.scores import estimate
 from repro.reporting.study import INIT_FRAC
 from repro.reporting.tables_train import nanmean
+from repro.reporting.verdict import unit_clusters
 from repro.reporting.verdict_metrics import Part, Scope, final_scores, pooled_scope, unit_scores
 from repro.reporting.verdict_rules import paired
-from repro.reporting.verdict_spec import START, Subset, spec_for
+from repro.reporting.verdict_spec import START, Spec, Subset, spec_for
 
 GRID_POINTS = 100  # common x grid of curves against cumulative tokens
 
@@ -132,15 +133,25 @@ class Point:
     hi: float
 
 
+def registered(agg: Aggregate, spec: Spec, scope: Scope) -> Scope:
+    """`scope` with the units' clusters where the predictions file registers the nested
+    estimator (as the verdict engine reads it), so a figure's intervals are the verdicts'."""
+    if spec.estimator == "nested" and spec.cluster is not None:
+        return replace(scope, clusters=unit_clusters(agg, spec, scope))
+    return scope
+
+
 def budget_panels(agg: Aggregate) -> list[BudgetPanel]:
     """A panel per subset of the study's predictions file (study 3: per source), every arm of
     the subset against the baseline; without subsets, the main arms against the baseline and
-    the ablations against the proposed method (the references of the verdict rows)."""
+    the ablations against the proposed method (the references of the verdict rows). Units and
+    intervals as the verdict engine reads them (registered)."""
     s, spec = agg.study, spec_for(agg.study.experiment)
     labels = [*s.main_algos, *s.ablation_algos]
     if not spec.subsets:
         models = tuple(agg.models())
-        scope = Scope((Part(models),), by_seed=spec.unit == "seed" and len(models) == 1)
+        scope = registered(agg, spec, Scope((Part(models),),
+                                            by_seed=spec.unit == "seed" and len(models) == 1))
         panels = [BudgetPanel(f"main comparison: A - {s.baseline}", s.baseline,
                               tuple(a for a in s.main_algos if a != s.baseline), scope)]
         if s.ablation_algos:
@@ -153,7 +164,8 @@ def budget_panels(agg: Aggregate) -> list[BudgetPanel]:
         arms = tuple(a for label in labels if (a := subset_arm(sub, label)) and a != reference)
         models = tuple(m for m in agg.models() if sub.holds_model(m))
         out.append(BudgetPanel(f"{spec.subset_column} {sub.name}: A - {reference}", reference,
-                               arms, Scope((Part(models, sub.label),), by_seed=False)))
+                               arms, registered(agg, spec, Scope((Part(models, sub.label),),
+                                                                 by_seed=False))))
     return out
 
 
@@ -187,7 +199,7 @@ def differences(agg: Aggregate, panel: BudgetPanel, arm: str) -> list[Point]:
     g, out = agg.study.main_group_size, []
     for f in budget_fractions(agg):
         stats = paired(unit_scores(agg, panel.scope, arm, g, f),
-                       unit_scores(agg, panel.scope, panel.reference, g, f))
+                       unit_scores(agg, panel.scope, panel.reference, g, f), panel.scope.clusters)
         if stats is not None:
             out.append(Point(f, stats["diff"], stats["lo"], stats["hi"]))
     return out

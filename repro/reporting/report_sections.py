@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from repro.reporting.figures_data import subset_arm
+from repro.reporting.figures_data import registered, subset_arm
 from repro.reporting.load import Aggregate, load_aggregate
 from repro.reporting.render import Table, to_markdown
 from repro.reporting.verdict import verdict_tables
@@ -64,12 +64,13 @@ def engine_table(folder: str, index: int) -> Callable[[Aggregate, Store], str]:
 
 def paired_on(agg: Aggregate, metric: str, a: str, b: str) -> dict[str, float] | None:
     """Paired A - B on `metric` ("final" accuracy or "auc") over every unit of the aggregate,
-    by the verdict engine's paired test (units: seeds for one model under a seed-unit
-    predictions file, else model/seed); A or B may be START."""
-    models = tuple(agg.models())
-    by_seed = spec_for(agg.study.experiment).unit == "seed" and len(models) == 1
-    scope = Scope((Part(models),), by_seed) if by_seed else pooled_scope(agg)
-    return paired(*score_pair(agg, scope, metric, a, b))
+    by the verdict engine's paired test with the registered estimator (units: seeds for one
+    model under a seed-unit predictions file, else model/seed); A or B may be START."""
+    models, spec = tuple(agg.models()), spec_for(agg.study.experiment)
+    by_seed = spec.unit == "seed" and len(models) == 1
+    scope = registered(agg, spec, Scope((Part(models),), by_seed) if by_seed
+                       else pooled_scope(agg))
+    return paired(*score_pair(agg, scope, metric, a, b), scope.clusters)
 
 
 def comparisons(metric: str, rows: tuple[tuple[str, str, str], ...], head: str
