@@ -9,9 +9,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from repro.reporting.report_sections import STUDY_1, STUDY_2, STUDY_3, Section, Store, paired_on
+from repro.reporting.report_sections import (
+    CI,
+    STUDY_1,
+    STUDY_2,
+    STUDY_3,
+    Section,
+    Store,
+    paired_on,
+)
 
-CI = r"([+-]?\d+(?:\.\d+)?) \[([+-]?\d+(?:\.\d+)?), ([+-]?\d+(?:\.\d+)?)\]"
 STUDIES = {  # the number the table cites -> (aggregate, anchor of its section in docs/results.md)
     "1": (STUDY_1, "study-1-the-pre-registered-tiny-study-dfpo-vs-gspo-5-seeds"),
     "2": (STUDY_2, "study-2-the-mechanism-study-pre-registered"),

@@ -6,6 +6,7 @@ the fences is the page's."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ import numpy as np
 from repro.reporting.figures_data import registered, subset_arm
 from repro.reporting.load import Aggregate, load_aggregate
 from repro.reporting.render import Table, to_markdown
-from repro.reporting.verdict import verdict_tables
+from repro.reporting.verdict import secondary_tables, verdict_tables
 from repro.reporting.verdict_metrics import Part, Scope, curves, pooled_scope, score_pair
 from repro.reporting.verdict_rules import paired
 from repro.reporting.verdict_spec import START, spec_for
@@ -28,17 +29,20 @@ class Store:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._aggregates: dict[str, Aggregate] = {}
-        self._verdicts: dict[str, list[Table]] = {}
+        self._verdicts: dict[tuple[str, str | None], list[Table]] = {}
 
     def aggregate(self, folder: str) -> Aggregate:
         if folder not in self._aggregates:
             self._aggregates[folder] = load_aggregate(self.root / folder)
         return self._aggregates[folder]
 
-    def verdicts(self, folder: str) -> list[Table]:
-        if folder not in self._verdicts:
-            self._verdicts[folder] = verdict_tables(self.aggregate(folder))
-        return self._verdicts[folder]
+    def verdicts(self, folder: str, secondary: str | None = None) -> list[Table]:
+        """The engine's tables under the registered estimator, or its `secondary` reading."""
+        if (folder, secondary) not in self._verdicts:
+            agg = self.aggregate(folder)
+            self._verdicts[folder, secondary] = (verdict_tables(agg) if secondary is None
+                                                 else secondary_tables(agg, secondary))
+        return self._verdicts[folder, secondary]
 
 
 Build = Callable[[Store], str]
@@ -94,6 +98,36 @@ def comparisons(metric: str, rows: tuple[tuple[str, str, str], ...], head: str
 
 def _p(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.3f}" if p < 0.01 else f"{p:.2f}"
+
+
+def nested_reading(folder: str, keys: tuple[tuple[str, ...], ...], header: list[str],
+                   units: bool) -> Callable[[Aggregate, Store], str]:
+    """The rows `keys` ((id,) or (block, id)) of the engine's registered (flat) verdict table
+    beside its dated nested reading: each reading's interval (with its units if `units`) and
+    the nested verdict."""
+    shown = CI + (r"(?: points)?, (\d+) units" if units else "")
+
+    def interval(numbers: str, key: tuple[str, ...]) -> str:
+        found = re.search(shown, numbers)
+        if found is None:
+            raise ValueError(f"{' '.join(key)}: no interval in the engine's numbers {numbers!r}")
+        text = f"{found[1]} [{found[2]}, {found[3]}]"
+        return f"{text}, {found[4]} units" if units else text
+
+    def build(agg: Aggregate, store: Store) -> str:
+        flat, nested = store.verdicts(folder)[0], store.verdicts(folder, "nested")[0]
+        width = len(flat.header) - 3  # the block column, if any, and the id
+        engine = {tuple(f[:width]): (f[-2], n[-2], n[-1])
+                  for f, n in zip(flat.rows, nested.rows, strict=True)}
+        rows = []
+        for key in keys:
+            if key not in engine:
+                raise ValueError(f"the verdict table has no row {' '.join(key)}")
+            flat_numbers, nested_numbers, verdict = engine[key]
+            rows.append([*key, interval(flat_numbers, key), interval(nested_numbers, key),
+                         verdict])
+        return _table(header, rows)
+    return build
 
 
 def source_regime(agg: Aggregate, store: Store) -> str:
@@ -157,6 +191,8 @@ TINY, STUDY_1, STUDY_2, PILOT, STUDY_3 = (
     "results/aggregate", "results/tiny-study/aggregate", "results/mechanism-study/aggregate",
     "results/offpolicy-pilot/aggregate", "results/offpolicy-study/aggregate")
 
+CI = r"([+-]?\d+(?:\.\d+)?) \[([+-]?\d+(?:\.\d+)?), ([+-]?\d+(?:\.\d+)?)\]"
+
 # docs/results.md's sections, in page order (repro.reporting.report adds the README's)
 RESULTS: dict[str, Section] = {
     "tiny-default-findings": on("tiny default", TINY,
@@ -165,7 +201,15 @@ RESULTS: dict[str, Section] = {
     "study-2-verdicts": on("study 2", STUDY_2, engine_table(STUDY_2, 0)),
     "study-2-exploratory": on("study 2", STUDY_2, comparisons("auc", EXPLORATORY_2, "AUC")),
     "study-2-regime": on("study 2", STUDY_2, engine_table(STUDY_2, 1)),
+    "study-2-nested": on("study 2", STUDY_2, nested_reading(
+        STUDY_2, tuple((i,) for i in ("G2", "P1", "P2", "P3", "P7", "P8", "P9")),
+        ["id", "registered (flat)", "nested, stage-2 starts as clusters", "verdict, nested"],
+        units=False)),
     "study-3-fair-clip": on("study 3's pilot", PILOT, fair_clip_table),
     "study-3-verdicts": on("study 3", STUDY_3, engine_table(STUDY_3, 0)),
     "study-3-regime": on("study 3", STUDY_3, source_regime),
+    "study-3-nested": on("study 3", STUDY_3, nested_reading(
+        STUDY_3, (("reuse", "G2"), ("reuse", "Q1"), ("reuse", "Q3"), ("stale", "Q1"),
+                  ("bf16", "Q1")),
+        ["source", "id", "registered (flat)", "nested", "verdict, nested"], units=True)),
 }
