@@ -81,3 +81,14 @@ def copy_committed(dest: Path, *rels: str) -> None:
         else:
             shutil.copyfile(src, target)
 
+
+
+def committed_root(dest: Path) -> Path:
+    """`dest` made a stand-in repository root for code that takes one (`repro report`'s Store,
+    `repro figures --docs`): its `results` is HEAD's (read-only, as `committed` gives it), its
+    `config` and `docs` link to the working tree's, which hold no run outputs."""
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "results").symlink_to(committed("results"))
+    for name in ("config", "docs"):
+        (dest / name).symlink_to(ROOT / name)
+    return dest

@@ -17,7 +17,8 @@ from repro.reporting.load import load_aggregate
 
 AGGREGATES = {"aggregate": committed("results/aggregate"),
               "tiny-study": committed("results/tiny-study/aggregate"),
-              "mechanism-study": committed("results/mechanism-study/aggregate")}
+              "mechanism-study": committed("results/mechanism-study/aggregate"),
+              "offpolicy-study": committed("results/offpolicy-study/aggregate")}
 UNIT = re.compile(r"\(.+\)\s*$")  # "... (nats per token)": the unit in parentheses, last
 
 

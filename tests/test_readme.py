@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from committed import committed
 
+from repro.reporting.report_findings import readme_word  # the word rule `repro report` applies
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 RESULTS = ROOT / "docs" / "results.md"
@@ -136,18 +138,6 @@ def test_each_pre_registered_finding_is_what_its_committed_aggregate_gives(row):
     shown = NUMBER.findall(row["effect [95% CI]"])
     assert shown, row
     assert set(shown) <= set(NUMBER.findall(numbers)), (pid, shown, numbers)
-
-
-def readme_word(pid: str, numbers: str, verdict: str) -> str:
-    """The findings table's word for the engine's verdict: the same, except a gate that fails
-    although its whole interval lies above 0 reads "not shown" (the gain its bar asks for was not
-    shown; a reader must not take "fails" for "no gain": issue 47)."""
-    word = verdict.split(" (")[0]
-    interval = re.search(r"\[([+-]?\d+(?:\.\d+)?),", numbers)
-    gate = pid.split()[-1].startswith("G")
-    if word == "fails" and gate and interval and float(interval.group(1)) > 0:
-        return "not shown"
-    return word
 
 
 def test_a_failed_gate_above_zero_reads_not_shown_and_only_then():

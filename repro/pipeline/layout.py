@@ -17,7 +17,8 @@ THEORY_DIR = "results/theory"
 # What `repro tables` and `repro figures` write (repro.reporting's TABLES and FIGURES, plus
 # paper; tests/test_pipeline_jobs.py holds them equal): every file a job writes is declared.
 TABLES = ["main", "compute", "mechanism", "ablations", "verdict", "budget", "paper"]
-FIGURES = ["reward_vs_compute", "accuracy_vs_budget", "spread_of_s_vs_step",
+FIGURES = ["reward_vs_compute", "accuracy_vs_budget", "difference_vs_budget",
+           "spread_of_s_vs_step",
            "mechanism_by_algorithm", "entropy_vs_step", "logodds_drift_vs_step",
            "kl_template_vs_step", "mechanism_vs_step", "group_size_ablation"]
 AGGREGATES = ["train_curves", "eval_problems", "eval_samples", "runs"]

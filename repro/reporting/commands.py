@@ -18,6 +18,7 @@ def register(app: typer.Typer) -> None:
     app.command("aggregate")(aggregate_cmd)
     app.command("tables")(tables_cmd)
     app.command("figures")(figures_cmd)
+    app.command("report")(report_cmd)
     app.command("paper-reference")(paper_reference_cmd)
     app.command("compare")(compare_cmd)
     app.command("fair-clip")(fair_clip_cmd)
@@ -76,15 +77,44 @@ def figures_cmd(
     out: Annotated[Path, typer.Option(help="Output folder for NAME.pdf and NAME.png.")] = Path(
         "results/figures"
     ),
+    docs: Annotated[bool, typer.Option(
+        "--docs", help="Instead: the PNGs docs/results.md shows, each from its study's committed "
+        "aggregate, under docs/figures (repro.reporting.figures.DOC_FIGURES).")] = False,
 ) -> None:
     """PDF and PNG figures from the aggregate Parquet alone (a figure without data says so)."""
-    from repro.reporting.figures import write_figures
+    from repro.reporting.figures import write_doc_figures, write_figures
 
     try:
-        paths = write_figures(aggregate, out)
+        paths = (write_doc_figures(Path("."), Path("docs/figures")) if docs
+                 else write_figures(aggregate, out))
     except ValueError as err:
         raise _fail("figures", err) from None
-    typer.echo(f"wrote {len(paths)} files under {out}")
+    typer.echo(f"wrote {len(paths)} files under {'docs/figures' if docs else out}")
+
+
+def report_cmd(
+    check: Annotated[bool, typer.Option(
+        "--check", help="Write nothing: print the diff a rerun would make, exit 1 if any.")
+    ] = False,
+) -> None:
+    """Regenerate the data tables of docs/results.md between its `<!-- repro report: NAME -->`
+    fences, from the committed aggregates and the verdict engine (run from the repository
+    root; the prose outside the fences is left as it is)."""
+    from repro.reporting import report
+
+    try:
+        if check:
+            diff = report.check(Path("."))
+            if diff:
+                typer.echo(diff, nl=False)
+                raise typer.Exit(1)
+            typer.echo("repro report: every generated section is up to date")
+            return
+        changed = report.write(Path("."))
+    except report.ReportError as err:
+        raise _fail("report", err) from None
+    typer.echo(f"repro report: rewrote {', '.join(changed)}" if changed
+               else "repro report: nothing to change")
 
 
 def paper_reference_cmd(

@@ -1,5 +1,6 @@
 """`repro figures`: one function per figure, `(Aggregate) -> Figure`, from the aggregate alone,
-one question each (figures_data prepares what they draw).
+one question each (figures_data prepares what they draw; figures_budget draws the held-out
+accuracy figures, one panel per source or condition).
 
 Every curve figure pools an algorithm's runs over models and seeds: a thick line for the mean
 over runs, a band for its 95% bootstrap interval over runs, each run thin behind it; the legend
@@ -13,7 +14,7 @@ data" note, so the pipeline's declared outputs always exist.
 
 from __future__ import annotations
 
-import logging
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,69 +28,50 @@ from matplotlib.style import context as style_context
 from matplotlib.ticker import EngFormatter, NullFormatter, PercentFormatter
 
 from repro.atomic import atomic_file
-from repro.reporting.figures_data import Band, bands, budget_curves, per_run, pooled_runs
+from repro.reporting.figures_budget import accuracy_vs_budget, difference_vs_budget
+from repro.reporting.figures_data import Band, bands, per_run, pooled_runs
+from repro.reporting.figures_style import (
+    SAVE_METADATA,
+    STYLE,
+    Look,
+    legend,
+    looks,
+    measure,
+    no_data,
+)
+from repro.reporting.figures_style import title as _title
 from repro.reporting.load import Aggregate, load_aggregate
 from repro.reporting.scores import compare, estimate
 from repro.reporting.study import Study
 
-STYLE = Path(__file__).with_name("paper.mplstyle")
-SAVE_METADATA = {"pdf": {"CreationDate": None}, "png": {"Software": None}}
 WIDE, WIDER = (7.5, 3.6), (10.5, 3.6)  # one panel / two or three, with the legend beside them
 STEP = "training step (rollout batches)"
-log = logging.getLogger(__name__)
 
 
-def colours(study: Study) -> dict[str, str]:
-    """Run label -> colour, in the study's order, the same in every figure (style's cycle)."""
-    cycle = mpl.rcParams["axes.prop_cycle"].by_key()["color"]
-    return {algo: cycle[i % len(cycle)] for i, algo in enumerate(_order(study))}
-
-
-def dashed(study: Study) -> set[str]:
-    """The run labels past the colour cycle: drawn dashed (hollow markers) so that no two
-    algorithms look alike."""
-    cycle = len(mpl.rcParams["axes.prop_cycle"].by_key()["color"])
-    return {algo for i, algo in enumerate(_order(study)) if (i // cycle) % 2}
+def arm_looks(study: Study) -> dict[str, Look]:
+    """Run label -> colour, line style and marker, in the study's order: the same in every
+    figure of the study, and no two of its first ten labels alike (figures_style.looks)."""
+    return looks(_order(study))
 
 
 def _order(study: Study) -> list[str]:
     return list(dict.fromkeys([*study.main_algos, *study.ablation_algos, *study.group_algos]))
 
 
-def no_data(what: str) -> Figure:
-    log.warning("figure without data: %s", what)
-    fig = Figure(figsize=(5.5, 2.0))
-    fig.text(0.5, 0.5, f"no data: {what}", ha="center", va="center")
-    return fig
-
-
-def _title(fig: Figure, agg: Aggregate, question: str) -> None:
-    fig.suptitle(f"{question} ({agg.study.experiment}, G = {agg.study.main_group_size})",
-                 fontsize=9)
-
-
 BAND_NOTE = "mean over runs\n(every model, seed)\nband: 95% CI over runs\nthin: single runs"
 
 
-def _legend(fig: Figure, title: str = BAND_NOTE) -> None:
-    """One legend for the figure, right of the axes: each label once, in drawing order; its
-    title says what the lines and bands are."""
-    found: dict[str, object] = {}
-    for ax in fig.axes:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            found.setdefault(label, handle)
-    if found:
-        fig.legend(list(found.values()), list(found), loc="outside right upper", title=title,
-                   title_fontsize=8, alignment="left")
+def _legend(fig: Figure, heading: str = BAND_NOTE) -> None:
+    legend(fig, heading)
 
 
 def _draw_bands(ax: Axes, drawn: Sequence[Band], study: Study, *, log_y: bool = False) -> None:
-    palette, broken = colours(study), dashed(study)
+    look = arm_looks(study)
     for band in drawn:
-        colour = palette[band.algo]
+        colour = look[band.algo].colour
         ax.plot(band.x, band.runs.T, color=colour, alpha=0.25, linewidth=0.6)
         ax.fill_between(band.x, band.lo, band.hi, color=colour, alpha=0.2, linewidth=0)
-        ax.plot(band.x, band.mean, "--" if band.algo in broken else "-", color=colour,
+        ax.plot(band.x, band.mean, look[band.algo].linestyle, color=colour,
                 linewidth=1.8, label=band.algo)
     lows = np.concatenate([b.runs.ravel() for b in drawn] or [np.empty(0)])
     lows = lows[np.isfinite(lows)]
@@ -184,44 +166,6 @@ def spread_of_s_vs_step(agg: Aggregate) -> Figure:
     return fig
 
 
-def accuracy_vs_budget(agg: Aggregate) -> Figure:
-    """Held-out accuracy over the training budget: the main algorithms, and the ablations
-    beside the proposed method, each from the start at 0."""
-    s = agg.study
-    start, main = budget_curves(agg, s.main_algos)
-    _, ablations = budget_curves(agg, [s.proposed, *s.ablation_algos]) if s.ablation_algos \
-        else (None, [])
-    panels = [(title, curves) for title, curves in (
-        ("main comparison", main), (f"ablations (and {s.proposed})", ablations)) if curves]
-    if not panels:
-        return no_data("no held-out evaluations of RL checkpoints")
-    palette, broken = colours(s), dashed(s)
-    fig = Figure(figsize=WIDE if len(panels) == 1 else WIDER, layout="constrained")
-    axes = list(np.atleast_1d(fig.subplots(1, len(panels), sharey=True)))
-    for ax, (title, curves) in zip(axes, panels, strict=True):
-        if start:
-            e = start.estimates[0]
-            ax.errorbar([0.0], [e.mean], yerr=[[e.mean - e.lo], [e.hi - e.mean]], fmt="s",
-                        color="black", capsize=3, markersize=4, label="start (SFT)")
-        for c in curves:
-            colour = palette[c.algo]
-            ax.plot(np.array(c.fracs), c.runs.T, color=colour, alpha=0.25, linewidth=0.6)
-            points = [*([(0.0, start.estimates[0])] if start else []),
-                      *zip(c.fracs, c.estimates, strict=True)]
-            x = np.array([f for f, _ in points])
-            ax.fill_between(x, [e.lo for _, e in points], [e.hi for _, e in points],
-                            color=colour, alpha=0.2, linewidth=0)
-            ax.plot(x, [e.mean for _, e in points], "o--" if c.algo in broken else "o-",
-                    color=colour, markersize=3, linewidth=1.8, label=c.algo)
-        ax.set(xlabel="share of the training budget (%)", title=title)
-        ax.xaxis.set_major_formatter(PercentFormatter(1.0))
-    axes[0].set_ylabel("held-out avg@k (%, pooled over benchmarks)")
-    _title(fig, agg, "Held-out accuracy over the training budget")
-    _legend(fig, "mean over runs\nand problems\nband: 95% CI over\nruns and problems\n"
-                 "thin: single runs")
-    return fig
-
-
 MECHANISM_BY_ALGO = (
     ("asym", "asym: coefficient spread\nper unit advantage", "CV"),
     ("residual_full", "residual_full: net push\nleft on shared nodes", "share"),
@@ -240,17 +184,17 @@ def mechanism_by_algorithm(agg: Aggregate) -> Figure:
     panels = [(title, unit, rows) for title, unit, rows in panels if rows]
     if not panels:
         return no_data("no asym / residual_full / freq_energy curves")
-    palette, broken = colours(s), dashed(s)
+    look = arm_looks(s)
     order = {a: i for i, a in enumerate(algos)}
     fig = Figure(figsize=(10.5, 1.2 + 0.3 * len(algos)), layout="constrained")
     axes = list(np.atleast_1d(fig.subplots(1, len(panels), sharey=True)))
     for ax, (title, unit, rows) in zip(axes, panels, strict=True):
         for r in rows:
-            y, face = order[r.algo], "none" if r.algo in broken else palette[r.algo]
-            ax.plot(r.values, np.full(r.values.size, y), "o", color=palette[r.algo],
-                    markerfacecolor=face, alpha=0.35, markersize=3)
+            y, colour = order[r.algo], look[r.algo].colour
+            ax.plot(r.values, np.full(r.values.size, y), "o", color=colour,
+                    alpha=0.35, markersize=3)
             ax.errorbar([r.mean], [y], xerr=[[r.mean - r.lo], [r.hi - r.mean]], fmt="D",
-                        color=palette[r.algo], markerfacecolor=face, markersize=5, capsize=3)
+                        color=colour, markersize=5, capsize=3)
         values = np.concatenate([r.values for r in rows])
         logged = values.min() > 0 and values.max() > 30 * values.min()
         if logged:
@@ -297,15 +241,16 @@ def group_size_ablation(agg: Aggregate) -> Figure:
     scores, deltas = group_size_points(agg)
     if not scores:
         return no_data("no group-size ablation runs")
-    palette = colours(s)
+    look = arm_looks(s)
     gs = sorted({row[0] for points in scores for row in points.rows})
     fig = Figure(figsize=WIDER, layout="constrained")
     left, right = fig.subplots(1, 2)
-    for ax, series, ylabel in ((left, scores, "held-out avg@k (%, pooled over benchmarks)"),
+    for ax, series, ylabel in ((left, scores, f"{measure(agg)} (%)"),
                                (right, deltas, f"Δ vs {s.baseline} (points, 95% CI)")):
         for points in series:
             g, mid, lo, hi = (np.array(v, dtype=float) for v in zip(*points.rows, strict=True))
-            ax.errorbar(g, mid, yerr=[mid - lo, hi - mid], fmt="o-", color=palette[points.algo],
+            ax.errorbar(g, mid, yerr=[mid - lo, hi - mid], color=look[points.algo].colour,
+                        marker=look[points.algo].marker, linestyle=look[points.algo].linestyle,
                         capsize=3, label=points.label)
         ax.set(xscale="log", xlabel="group size G (responses per prompt)", ylabel=ylabel)
         ax.set_xticks(gs, labels=[str(g) for g in gs])
@@ -319,6 +264,7 @@ def group_size_ablation(agg: Aggregate) -> Figure:
 FIGURES: dict[str, Callable[[Aggregate], Figure]] = {
     "reward_vs_compute": reward_vs_compute,
     "accuracy_vs_budget": accuracy_vs_budget,
+    "difference_vs_budget": difference_vs_budget,
     "spread_of_s_vs_step": spread_of_s_vs_step,
     "mechanism_by_algorithm": mechanism_by_algorithm,
     "entropy_vs_step": entropy_vs_step,
@@ -327,6 +273,45 @@ FIGURES: dict[str, Callable[[Aggregate], Figure]] = {
     "mechanism_vs_step": mechanism_vs_step,
     "group_size_ablation": group_size_ablation,
 }
+
+
+# The figures docs/results.md shows, per study: folder under docs/figures -> (its committed
+# aggregate, the figures). PNG only, at a lower resolution than the workflow's, so each stays
+# small (< 200 KB); tests/test_doc_figures.py redraws each and compares the bytes.
+DOC_FIGURES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "tiny-default": ("results/aggregate", ("difference_vs_budget", "accuracy_vs_budget")),
+    "tiny-study": ("results/tiny-study/aggregate",
+                   ("difference_vs_budget", "accuracy_vs_budget", "mechanism_by_algorithm")),
+    "mechanism-study": ("results/mechanism-study/aggregate",
+                        ("reward_vs_compute", "difference_vs_budget", "accuracy_vs_budget")),
+    "offpolicy-study": ("results/offpolicy-study/aggregate",
+                        ("difference_vs_budget", "accuracy_vs_budget")),
+}
+DOC_DPI = 110
+DRAWN_WITH = "drawn-with.json"  # the matplotlib and FreeType that drew them: bytes depend on both
+
+
+def drawn_with() -> dict[str, str]:
+    from matplotlib import ft2font
+
+    return {"matplotlib": mpl.__version__, "freetype": ft2font.__freetype_version__}
+
+
+def write_doc_figures(root: Path, out: Path) -> list[Path]:
+    """Every DOC_FIGURES entry as out/STUDY/NAME.png, from the aggregates under `root`, and
+    out/DRAWN_WITH naming the versions that drew them."""
+    paths = []
+    with style_context(STYLE):
+        for study, (aggregate, names) in DOC_FIGURES.items():
+            agg = load_aggregate(root / aggregate)
+            for name in names:
+                fig, path = FIGURES[name](agg), out / study / f"{name}.png"
+                atomic_file(path, lambda tmp, fig=fig: fig.savefig(
+                    tmp, format="png", dpi=DOC_DPI, metadata=SAVE_METADATA["png"]))
+                paths.append(path)
+    versions = json.dumps(drawn_with(), indent=1) + "\n"
+    atomic_file(out / DRAWN_WITH, lambda tmp: tmp.write_text(versions))
+    return [*paths, out / DRAWN_WITH]
 
 
 def write_figures(aggregate: Path, out: Path) -> list[Path]:

@@ -1,0 +1,134 @@
+"""docs/developing.md says what is true: its recipes (an algorithm, a DFPO transform, a
+benchmark, a preset) applied to a throwaway copy of the project give a registered loss that
+computes, a transform that cancels as it claims, a benchmark that loads, and a preset whose
+dry run plans those runs and evaluations; its preset list is the presets folder; its engine
+recipe names the one list of engine names."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "developing.md"
+WORKFLOW = ["Snakefile", "rules", "config", "profiles", "envs", "scripts", "repro",
+            "pyproject.toml"]
+WHERE = re.compile(r"# (\S+?)(?:, (under|above) (.+))?$")
+
+
+def extending() -> str:
+    return PAGE.read_text().split("\n## Extending\n", 1)[1]
+
+
+def recipes() -> list[tuple[str, str | None, str | None, str]]:
+    """(path, "under"/"above"/None, anchor, text) of every code block of "Extending", its first
+    line naming where it goes."""
+    out = []
+    for block in re.findall(r"```(?:python|yaml)\n(.*?)```", extending(), re.S):
+        first, _, body = block.partition("\n")
+        m = WHERE.fullmatch(first)
+        assert m, f"a recipe block must start with '# PATH[, under|above ...]': {first!r}"
+        out.append((m.group(1), m.group(2), m.group(3), body))
+    return out
+
+
+def apply(copy: Path, path: str, how: str | None, anchor: str | None, text: str) -> None:
+    target = copy / path
+    if how is None:
+        assert not target.exists(), f"the recipe would overwrite {path}"
+        target.write_text(text)
+        return
+    lines = target.read_text().splitlines(keepends=True)
+    if how == "under":
+        at = lines.index(anchor + "\n") + 1
+    else:
+        at = next(i for i, line in enumerate(lines) if line.startswith(anchor))
+    target.write_text("".join([*lines[:at], text, *lines[at:]]))
+
+
+CHECK = """
+import torch
+from repro.benchmarks import get_benchmark
+from repro.objectives import make_config, policy_loss
+from repro.objectives.base import Minibatch
+from repro.objectives.groups import Groups
+from repro.objectives.registry import algorithm_names
+from repro.objectives.transforms import apply_transform, cancelling_transforms
+
+assert "vanilla_pg" in algorithm_names(), algorithm_names()
+g = torch.Generator().manual_seed(0)
+logp = (-torch.rand(8, 5, generator=g)).requires_grad_()
+group = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+adv = torch.randn(8, generator=g)
+adv = adv - torch.stack([adv[group == i].mean() for i in group])
+batch = Minibatch(logp, logp.detach() - 0.1, torch.ones(8, 5, dtype=torch.bool), adv, group)
+for cfg in (make_config("vanilla_pg"), make_config("dfpo", transform="max_replace")):
+    loss, _ = policy_loss(cfg, batch)
+    loss.backward()
+    assert torch.isfinite(loss) and logp.grad.abs().sum() > 0, cfg
+    logp.grad = None
+assert "max_replace" in cancelling_transforms()
+a = torch.randn(8, generator=g, dtype=torch.float64)
+a = a - torch.stack([a[group == i].mean() for i in group])
+w = torch.rand(8, generator=g, dtype=torch.float64) + 0.5
+wt = apply_transform("max_replace", w, a, Groups.from_ids(group))
+for i in (0, 1):
+    assert abs(float((a * wt)[group == i].sum())) < 1e-12
+assert get_benchmark("synth-aime-7").n == 30
+print("recipes ok")
+"""
+
+
+def test_the_recipes_work_in_a_throwaway_copy(tmp_path, lock):
+    """`lock`: conftest's data lock (a dry run reads no data)."""
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in WORKFLOW:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, copy / name)
+    found = recipes()
+    assert {p for p, *_ in found} >= {"repro/objectives/vanilla_pg.py", "config/config.yaml",
+                                      "repro/objectives/transforms.py",
+                                      "config/presets/my-study.yaml"}, found
+    for recipe in found:
+        apply(copy, *recipe)
+    env = os.environ | {"PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"}
+
+    def run(*args: str) -> str:
+        done = subprocess.run([sys.executable, *args], cwd=copy, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout
+
+    assert "recipes ok" in run("-c", CHECK)
+    plan = run("-m", "snakemake", "-n", "-F", "-p", "--nolock", "--cores", "1", "--config",
+               f"data_lock={lock}", "--configfile", "config/presets/my-study.yaml")
+    for name in ("vanilla_pg", "dfpo_max"):
+        assert f"results/my-study/runs/algo={name}/" in plan, name
+    assert "synth-aime-7" in plan
+
+
+def test_the_preset_list_is_every_preset():
+    section = extending().split("The presets (`config/presets/`):", 1)[1].split("\n### ", 1)[0]
+    listed = {name for line in section.splitlines() if line.startswith("- ")
+              for name in re.findall(r"`([\w-]+)`", line.split(":", 1)[0])}
+    assert listed == {p.stem for p in (ROOT / "config" / "presets").glob("*.yaml")}
+
+
+def test_the_engine_recipe_names_the_one_list_of_engines():
+    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    engine = schema["properties"]["train"]["properties"]["engine"]
+    assert "enum" not in engine  # the names live in repro.training.config.ENGINES alone
+    recipe = extending().split("### A training engine", 1)[1]
+    assert "`ENGINES` in `repro/training/config.py`" in " ".join(recipe.split())
+    assert "enum" not in recipe.replace("has no enum", "")
+
