@@ -290,6 +290,13 @@ def twin_failures(report: dict[str, Any]) -> list[str]:
         if not abs(two - one) <= tol:
             bad.append(f"update {i + 1}: 2-process loss {two:.6g} vs 1-process {one:.6g} "
                        f"(tolerance {tol:.3g})")
+    # the router term alone: the loss tolerance above (bf16 log-probs) exceeds it (~0.002 at
+    # coefficient 0.001), so a missing or doubled term is caught here, at 1% of it
+    for i, (two, one, tol) in enumerate(zip(ref["router_2proc"], ref["router_1proc"],
+                                            ref["router_tolerance"], strict=True)):
+        if not abs(two - one) <= tol:
+            bad.append(f"update {i + 1}: router term {two:.6g} added by the engine vs "
+                       f"{one:.6g} in the 1-process reference (tolerance {tol:.3g})")
     for algo, run in report["runs"].items():
         if run["steps"] != list(range(1, STEPS + 1)):
             bad.append(f"{algo}: log steps {run['steps']}, want 1..{STEPS} once each")
