@@ -1,0 +1,289 @@
+"""Memory measured, not computed (issue 48): a train job's step traced in fake mode by torch's
+own tracker, per rank and per stage, on a CPU and with no memory allocated.
+
+The model is built on the meta device and moved with `to_empty(device="cpu")` under
+`FakeTensorMode` (fake CUDA tensors need a CUDA build of torch; fake CPU tensors do not, and
+kernel choice can differ by device: see docs/gpu.md). Every layer, then the root, is
+`fully_shard`ed over a fake process group (`FakeStore`, backend "fake") of the job's world size
+with the presets' precision recipe (fp32 masters, bf16 compute, fp32 gradient reduction), as
+accelerate's FSDP2 prepare path does; `FSDPMemTracker` follows the all-gathers, reshards and
+reduce-scatters. Each micro-step runs the forward with activation checkpointing as configured,
+the response tokens through the project's chunked head (`token_logprobs_and_entropy`, with the
+entropy TRL asks for) and DFPO's loss (`policy_loss`, seq_weight precomputed as the pre-pass
+gives it), then backward; each update ends with a foreach AdamW step.
+
+What the tracker needs to tell the truth (each tested in tests/test_plan_measure.py):
+- no attention mask and no position ids: every row is at the full budget (the planner's worst
+  case), which a GPU's transformers sees as an all-ones mask and drops; a fake mask cannot be
+  read, so transformers would build a 4-D mask (and sdpa would lose GQA);
+- the chunked head runs inside the root's forward (as TRL's fused head patches it), so FSDP2
+  unshards `lm_head` (the tracker fails when a unit's forward never runs);
+- `reset_mod_stats()` after every micro-step (a second forward is refused otherwise);
+- DTensor's shape propagation runs ops on fake full-size tensors: the tracker skips them (ops
+  under a fake mode other than the one active at its entry); a test holds the sharded bytes
+  to 1/world.
+An op without a fake kernel raises `UntraceableOp` naming the op and the module it ran in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+GB = 1e9
+STAGES = ("forward + backward", "optimizer step")
+
+
+class UntraceableOp(RuntimeError):
+    """An op of the model has no fake (meta) kernel: the message names the op and the module."""
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One train job's step as the tracker runs it (a config.json's fields, and the job)."""
+
+    fields: dict[str, Any]  # config.json's, model_type included
+    world: int = 1  # FSDP2 processes (fake ranks)
+    rows: int = 1  # rows per micro-step and process
+    prompt: int = 2048  # prompt tokens of a row
+    response: int = 32768  # response tokens of a row
+    micro_steps: int = 1  # gradient accumulation steps per update
+    updates: int = 1  # optimizer steps traced (the first allocates AdamW's state)
+    checkpointing: bool = True
+    snapshot: bool = False  # `repro bench gpu`'s fp32 copy of the masters (param_change)
+    real: bool = False  # real CPU tensors instead of fake ones (tests: fake against real)
+    seed: int = 0
+
+
+@dataclass
+class Measured:
+    """Per-rank peak bytes of one traced step: per stage, per tracker category."""
+
+    layers: int
+    stages: dict[str, dict[str, int]] = field(default_factory=dict)
+    seconds: float = 0.0
+    extrapolated_from: tuple[int, int] | None = None
+
+    def peak(self) -> tuple[str, dict[str, int]]:
+        """(stage, categories) of the highest total."""
+        return max(self.stages.items(), key=lambda kv: kv[1].get("Total", 0))
+
+
+def measure_step(spec: StepSpec) -> Measured:
+    """Trace `spec`'s step; peaks per stage and category on rank 0 (every rank is alike)."""
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    t0 = time.perf_counter()
+    mode = contextlib.nullcontext() if spec.real else FakeTensorMode(allow_non_fake_inputs=True)
+    try:
+        mesh = _fake_mesh(spec.world)
+        model = _build(spec.fields, "cpu" if spec.real else "meta")
+        with mode:
+            if not spec.real:
+                model.to_empty(device="cpu")
+            opt = _shard(model, mesh, spec.checkpointing)
+            stages = _trace(model, opt, spec)
+    finally:  # the fake group is this process's default group only while tracing
+        if dist.is_initialized() and dist.get_backend() == "fake":
+            dist.destroy_process_group()
+    return Measured(layers=spec.fields["num_hidden_layers"], stages=stages,
+                    seconds=time.perf_counter() - t0)
+
+
+def measure_extrapolated(spec: StepSpec, few: tuple[int, int]) -> Measured:
+    """`measure_step` at `few` layer counts, every category extrapolated linearly to the
+    config's layer count (identical layers: each adds the same bytes to every category)."""
+    n = spec.fields["num_hidden_layers"]
+    if n in few:
+        return measure_step(spec)
+    a, b = (measure_step(StepSpec(**{**vars(spec), "fields": spec.fields | {
+        "num_hidden_layers": k}})) for k in few)
+    out = Measured(layers=n, seconds=a.seconds + b.seconds, extrapolated_from=few)
+    for stage, cats in a.stages.items():
+        out.stages[stage] = {c: round(v + (b.stages[stage].get(c, 0) - v) * (n - few[0])
+                                      / (few[1] - few[0])) for c, v in cats.items()}
+    return out
+
+
+def _fake_mesh(world: int) -> Any:
+    """A CPU device mesh over a fake process group of `world` ranks (this process is rank 0)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise RuntimeError("repro.plan.measure needs its own (fake) process group; this process "
+                           "already has one")
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    return init_device_mesh("cpu", (world,))  # outside fake mode: it reads tensors' values
+
+
+def _build(fields: dict[str, Any], device: str) -> Any:
+    """transformers' model for `fields` on `device` (meta: nothing allocated), fp32 masters."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fields = {k: v for k, v in fields.items() if k not in ("dtype", "torch_dtype")}
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+
+
+def _shard(model: Any, mesh: Any, checkpointing: bool) -> Any:
+    """Checkpointing as transformers sets it, then FSDP2 per layer and root with fp32 masters
+    and bf16 compute (config/accelerate/fsdp2.yaml's recipe); a foreach AdamW over the shards."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    _score_in_forward(model)
+    return torch.optim.AdamW(_local_params(model), lr=1e-6, foreach=True)
+
+
+def _local_params(model: Any) -> list[Any]:
+    """Each FSDP2 parameter's local shard as a parameter sharing its storage, for AdamW.
+
+    The engine's AdamW steps the DTensors, which run the same foreach kernels on these shards;
+    but DTensor first propagates shapes by running each op on full-size tensors, under the fake
+    mode here, and the tracker counted those as the optimizer's (+3.2x the full fp32 model at
+    world 4 on a probe). Stepping the shards directly is the same arithmetic, shard by shard."""
+    import torch
+
+    return [torch.nn.Parameter(p.to_local(), requires_grad=True) for p in model.parameters()]
+
+
+def _link_grads(model: Any, opt: Any) -> None:
+    """The shards' gradients (FSDP2's reduce-scattered DTensors) seen by the shard parameters."""
+    params = opt.param_groups[0]["params"]
+    for full, local in zip(model.parameters(), params, strict=True):
+        local.grad = None if full.grad is None else full.grad.to_local()
+
+
+def _score_in_forward(model: Any) -> None:
+    """The model's forward returns the response tokens' log-probs through the chunked head, as
+    TRL's fused head patches it: the root's FSDP2 hooks then unshard `lm_head` around it."""
+    from repro.training.logprobs import token_logprobs_and_entropy
+
+    def forward(self: Any, input_ids: Any, prompt: int, **_: Any) -> Any:
+        hidden = self.model(input_ids=input_ids, use_cache=False).last_hidden_state
+        h = hidden[:, prompt - 1:-1].reshape(-1, hidden.size(-1))
+        targets = input_ids[:, prompt:].reshape(-1)
+        logp, _ = token_logprobs_and_entropy(h, self.lm_head.weight, targets, with_entropy=True)
+        return logp.view(input_ids.size(0), -1)
+
+    model.forward = types.MethodType(forward, model)
+
+
+def _trace(model: Any, opt: Any, spec: StepSpec) -> dict[str, dict[str, int]]:
+    import torch
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+    gen = torch.Generator().manual_seed(spec.seed)
+    length = spec.prompt + spec.response
+    ids = torch.randint(0, model.config.vocab_size, (spec.rows, length), generator=gen)
+    grad = _loss_grad(spec.rows, spec.response, spec.micro_steps)
+    tracker = FSDPMemTracker(model, opt)
+    tracker.track_inputs((ids,))
+    stages = {s: {} for s in STAGES}
+    with tracker, _naming_the_op(model):
+        if spec.snapshot:  # param_change's fp32 copy, taken before the updates
+            kept = [p.to_local().detach().clone() for p in model.parameters()]
+        for _ in range(spec.updates):
+            for _ in range(spec.micro_steps):
+                model(ids, prompt=spec.prompt).backward(grad)
+                tracker.reset_mod_stats()
+            _take_peak(tracker, stages["forward + backward"])
+            _link_grads(model, opt)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            model.zero_grad(set_to_none=True)
+            _take_peak(tracker, stages["optimizer step"])
+        if spec.snapshot:
+            del kept
+    return stages
+
+
+def _loss_grad(rows: int, response: int, micro_steps: int) -> Any:
+    """dL/dlogp of DFPO's loss (`policy_loss`, Min-Replace, seq_weight precomputed as the
+    pre-pass gives it) for one micro-step, on real tensors: the loss reads values (its metrics
+    are floats), which fake tensors cannot give. Its own tensors are rows x response floats,
+    left out of the trace; the model's backward runs from this gradient."""
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from repro.objectives import Minibatch, get_algorithm, policy_loss
+
+    with unset_fake_temporarily():
+        logp = torch.full((rows, response), -1.0, requires_grad=True)
+        ones = torch.ones(rows)
+        batch = Minibatch(logp, logp.detach() - 0.01, torch.ones(rows, response, dtype=torch.bool),
+                          ones, torch.zeros(rows, dtype=torch.long), seq_weight=ones)
+        cfg = get_algorithm("dfpo").config_cls(transform="min_replace")
+        (policy_loss(cfg, batch)[0] / micro_steps).backward()
+        return logp.grad
+
+
+def _take_peak(tracker: Any, into: dict[str, int]) -> None:
+    """Fold the tracker's peak since the last call into `into` (max by total), then restart
+    the peak at the current state (the tracker keeps one peak per `with`: private fields)."""
+    snap = next(iter(tracker.get_tracker_snapshot("peak").values()))
+    cats = {getattr(k, "value", str(k)): int(v) for k, v in snap.items()}
+    if cats.get("Total", 0) > into.get("Total", -1):
+        into.clear()
+        into.update(cats)
+    tracker._peak_mem_snap = tracker.get_tracker_snapshot()
+    tracker._peak_mem = {d: s["Total"] for d, s in tracker._peak_mem_snap.items()}
+
+
+@contextlib.contextmanager
+def _naming_the_op(model: Any) -> Any:
+    """An op fake mode cannot run (no fake kernel, or an output shape that depends on values)
+    becomes `UntraceableOp` naming the op and the innermost module it ran in (a forward stack
+    kept by global module hooks that an exception leaves in place)."""
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+        UnsupportedOperatorException,
+    )
+    from torch.nn.modules.module import (
+        register_module_forward_hook,
+        register_module_forward_pre_hook,
+    )
+
+    names = {id(m): name or "model" for name, m in model.named_modules()}
+    stack: list[str] = []
+
+    def enter(module: Any, _: Any) -> None:
+        if id(module) in names:
+            stack.append(names[id(module)])
+
+    def leave(module: Any, _: Any, __: Any) -> None:  # returns None: the output is kept
+        if id(module) in names and stack:
+            stack.pop()
+
+    hooks = [register_module_forward_pre_hook(enter), register_module_forward_hook(leave)]
+    try:
+        yield
+    except (UnsupportedOperatorException, DataDependentOutputException,
+            DynamicOutputShapeException, NotImplementedError, RuntimeError) as err:
+        text = str(err)
+        if type(err) is RuntimeError and "fake impl" not in text:
+            raise
+        named = re.search(r"CustomOpDef\((.+?)\)", text)
+        op = getattr(err, "func", None) or (named.group(1) if named else text.splitlines()[0])
+        where = stack[-1] if stack else "model"
+        raise UntraceableOp(f"op {op} has no fake-mode kernel (in module {where}); "
+                            f"{type(err).__name__}") from None
+    finally:
+        for hook in hooks:
+            hook.remove()

@@ -1,0 +1,96 @@
+"""`repro.plan.measure` (issue 48): torch's FSDPMemTracker in fake mode, on a CPU, against the
+same tracker on real CPU tensors, and the pitfalls that make it lie when unhandled. Tiny shapes
+only (seconds); full-preset traces are benchmarks (docs/gpu.md)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from repro.plan.measure import StepSpec, UntraceableOp, measure_extrapolated, measure_step
+
+SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256,
+         "tie_word_embeddings": False}
+MOE = {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
+NEXT = MOE | {"shared_expert_intermediate_size": 32, "linear_num_key_heads": 2,
+              "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+              "full_attention_interval": 2}
+MODELS = {"qwen3": SMALL | {"model_type": "qwen3"},
+          "qwen3_moe": SMALL | MOE | {"model_type": "qwen3_moe"},
+          "qwen3_next": SMALL | NEXT | {"model_type": "qwen3_next"}}
+EXACT = ("Sharded Param", "Sharded Grad", "OptState")
+# Fake vs real activations and temporaries: 5% (measured 2.8% on the temporaries), plus one
+# fp32 logsumexp [rows, heads, length] per attention layer, which fake dispatch saves (the
+# flash path, as on a GPU) and the real CPU sdpa here does not (measured: exactly that).
+ACT_REL = 0.05
+
+
+def spec(arch: str, **kw) -> StepSpec:
+    return StepSpec(MODELS[arch], **{"rows": 2, "prompt": 8, "response": 24, "micro_steps": 2,
+                                     "updates": 2} | kw)
+
+
+@pytest.mark.parametrize("arch", list(MODELS))
+def test_fake_equals_real_on_cpu(arch):
+    """Parameters, gradients and optimizer state byte for byte in every stage; activations and
+    temporaries within ACT_TOL (kernel choice may differ between fake and real dispatch)."""
+    s = spec(arch)
+    fake, real = measure_step(s), measure_step(spec(arch, real=True))
+    fields = MODELS[arch]
+    attention = fields["num_hidden_layers"] // fields.get("full_attention_interval", 1)
+    lse = 4 * s.rows * fields["num_attention_heads"] * (s.prompt + s.response) * attention
+    for stage, cats in real.stages.items():
+        for key in EXACT:
+            assert fake.stages[stage][key] == cats[key] > 0, (stage, key)
+        for key in ("Activation", "Temp"):
+            assert abs(fake.stages[stage][key] - cats[key]) <= ACT_REL * cats[key] + lse, key
+    assert fake.stages["forward + backward"]["Activation"] > 0
+
+
+def test_sharded_state_is_one_over_world_and_one_foreach_temporary():
+    """DTensor propagates shapes on fake full-size tensors; counted, they made the optimizer
+    state 7x the sharded parameters. At 4 ranks every sharded byte is a quarter of 1 rank's,
+    and the step's optimizer bytes are AdamW's m and v plus one fp32 temporary (foreach)."""
+    one, four = measure_step(spec("qwen3", updates=1)), measure_step(spec("qwen3", updates=1,
+                                                                          world=4))
+    step1, step4 = one.stages["optimizer step"], four.stages["optimizer step"]
+    for key in ("Sharded Param", "Sharded Grad"):
+        assert step4[key] * 4 == step1[key], key
+    # AdamW: m and v, one fp32 temporary, and a 4-byte step counter per tensor (not sharded)
+    counters = [step["OptState"] - 3 * step["Sharded Param"] for step in (step1, step4)]
+    assert counters[0] == counters[1] == 4 * 25  # the 25 parameter tensors of 2 Qwen3 layers
+
+
+def test_snapshot_adds_one_fp32_copy_of_the_masters():
+    """`repro bench gpu`'s param_change snapshot: the 15.6 GB of the H200 run's 94.0."""
+    base, kept = measure_step(spec("qwen3", updates=1)), measure_step(spec(
+        "qwen3", updates=1, snapshot=True))
+    grown = kept.peak()[1]["Total"] - base.peak()[1]["Total"]
+    assert grown == base.stages["optimizer step"]["Sharded Param"]
+
+
+def test_layers_extrapolate_linearly():
+    """Identical layers: two small traces extrapolate to a larger one within 1%."""
+    fields = MODELS["qwen3"] | {"num_hidden_layers": 5}
+    direct = measure_step(StepSpec(fields, rows=1, prompt=8, response=24))
+    guess = measure_extrapolated(StepSpec(fields, rows=1, prompt=8, response=24), (2, 3))
+    for stage, cats in direct.stages.items():
+        assert abs(guess.stages[stage]["Total"] - cats["Total"]) <= 0.01 * cats["Total"], stage
+    assert guess.extrapolated_from == (2, 3)
+
+
+def test_an_op_without_a_fake_kernel_is_named_with_its_module(monkeypatch):
+    @torch.library.custom_op("repro_test::opaque", mutates_args=())
+    def opaque(x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    from transformers.models.qwen3 import modeling_qwen3
+
+    forward = modeling_qwen3.Qwen3MLP.forward
+    monkeypatch.setattr(modeling_qwen3.Qwen3MLP, "forward",
+                        lambda self, x: forward(self, opaque(x)))
+    where = r"\(in module model\.layers\.0\.mlp\)"
+    with pytest.raises(UntraceableOp, match=rf"^op repro_test::opaque has no fake-mode .* {where}"):
+        measure_step(spec("qwen3", updates=1, micro_steps=1))
+    assert not torch.distributed.is_initialized()  # the fake group is gone
