@@ -87,7 +87,7 @@ def predicted(cfg: PreflightConfig, model: Path, train: dict[str, Any]) -> dict[
     hw = Hardware(gpu_memory_gb=gpu_gb, prompt_tokens=64,  # the prompts are < 64 tokens
                   train=TrainLayout(nodes=1, gpus_per_node=cfg.processes))
     plan = train_plan("preflight", shape_of(read_config(model), str(model)), train, hw,
-                      cfg.processes)
+                      cfg.processes, snapshot=True)  # param_change's copy (preflight_worker)
     return {phase.name: phase.total_gb for phase in plan.phases}
 
 

@@ -135,14 +135,17 @@ def _build(fields: dict[str, Any], device: str) -> Any:
 
 
 def _shard(model: Any, mesh: Any, checkpointing: bool) -> Any:
-    """Checkpointing as transformers sets it, then FSDP2 per layer and root with fp32 masters
-    and bf16 compute (config/accelerate/fsdp2.yaml's recipe); a foreach AdamW over the shards."""
+    """Checkpointing as transformers sets it, then FSDP2 per layer and root with the recipe's
+    policy (`repro.engines.fsdp.recipe_mp_policy`: bf16 compute, fp32 reduction and outputs)
+    over fp32 masters; a foreach AdamW over the shards."""
     import torch
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import fully_shard
+
+    from repro.engines.fsdp import recipe_mp_policy
 
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    policy = recipe_mp_policy(torch.bfloat16)
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
@@ -287,3 +290,64 @@ def _naming_the_op(model: Any) -> Any:
     finally:
         for hook in hooks:
             hook.remove()
+
+
+def job_spec(config: dict[str, Any], key: str) -> StepSpec:
+    """The train job of catalogue model `key` as the tracker runs it: the preset's world,
+    rows per micro-step, prompt and response tokens and checkpointing (`step_layout`, the
+    arithmetic's own). Two micro-steps and two updates: from the second of each on, memory
+    repeats (gradients accumulate in place; AdamW's state exists from the first step)."""
+    from repro.plan import Hardware
+    from repro.plan.memory import step_layout
+    from repro.plan.shapes import read_config
+
+    entry, hw = config["models"][key], Hardware.of(config["hardware"])
+    fields = entry["config"] if "config" in entry else read_config(entry["id"])
+    world = hw.train.world
+    _, accum, micro, seq, ckpt = step_layout(config["train"], hw, world)
+    return StepSpec(dict(fields), world=world, rows=micro, prompt=hw.prompt_tokens,
+                    response=seq - hw.prompt_tokens, micro_steps=min(accum, 2), updates=2,
+                    checkpointing=ckpt)
+
+
+def few_layers(fields: dict[str, Any]) -> tuple[int, int]:
+    """Layer counts to trace and extrapolate from: whole periods of the layer layout (Qwen3-Next:
+    `full_attention_interval` layers; dense: 2), at least 4 layers. With 2 layers FSDP2's
+    prefetch had no unit to gather at the peak: 2 and 4 dense layers extrapolated Qwen3-32B's
+    all-gather buffers to 30 GB, where 4 and 6 layers hold 0.98 GB each."""
+    period = fields.get("full_attention_interval", 4) if fields["model_type"] == "qwen3_next" \
+        else 2
+    first = -(-4 // period) * period
+    return first, first + period
+
+
+def compare_lines(plan: Any, measured: Measured, world: int) -> list[str]:
+    """The tracker's per-rank peaks per stage beside the arithmetic's update phase, in GB."""
+    update = next(p for p in plan.phases if p.name == "update")
+    how = (f"layers extrapolated linearly from {measured.extrapolated_from[0]} and "
+           f"{measured.extrapolated_from[1]} traced" if measured.extrapolated_from
+           else f"all {measured.layers} layers traced")
+    lines = [f"  measured (FSDPMemTracker, fake mode, rank 0 of {world}; {how}; "
+             f"{measured.seconds:.0f} s)"]
+    for stage, cats in measured.stages.items():
+        lines.append(f"    {stage:<36} {cats.get('Total', 0) / GB:8.1f} GB   arithmetic "
+                     f"{update.total_gb:6.1f} GB")
+        lines += [f"      {name:<34} {b / GB:8.2f}" for name, b in cats.items()
+                  if name != "Total" and b]
+    return lines
+
+
+def refuse_over_measured(plan: Any, measured: Measured, spec: StepSpec, local: int) -> None:
+    """PlanRefusal, naming the knob (`update_knob`), when the tracked peak plus what the tracker
+    does not see (a sleeping vLLM; RESERVE_GB kept free) exceeds the GPU."""
+    from repro.plan.memory import PlanRefusal, update_knob
+
+    update = next(p for p in plan.phases if p.name == "update")
+    vllm = sum(gb for name, gb in update.items.items() if name.startswith("vLLM"))
+    stage, cats = measured.peak()
+    total = cats["Total"] / GB + vllm
+    if total > update.capacity_gb:
+        key, how = update_knob(spec.checkpointing, spec.rows, local, vllm)
+        raise PlanRefusal(f"config {key}: the {stage} peaks at {total:.0f} GB per GPU measured "
+                          f"(tracker in fake mode, {vllm:.0f} GB of it vLLM) of "
+                          f"{update.capacity_gb:.0f} GB; {how}")
