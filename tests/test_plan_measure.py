@@ -178,3 +178,14 @@ def test_a_tracked_peak_over_the_gpu_is_refused_naming_the_knob(tmp_path, monkey
     assert result.exit_code == 1, result.output
     assert result.output.splitlines()[-1].startswith(
         "repro plan: config hardware.train.nodes: the forward + backward peaks at 201 GB")
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_next"])
+def test_a_warm_step_is_the_steady_state_of_two_micro_steps_and_updates(arch):
+    """`repro plan --measure` traces one full micro-step after a short warm one; its peaks equal
+    those of the second micro-step of the second update (every gradient and AdamW state
+    resident) within the warm step's own leftovers (< 1%)."""
+    full = measure_step(spec(arch, response=96))  # > WARM_TOKENS: the warm step is shorter
+    warm = measure_step(spec(arch, response=96, micro_steps=1, updates=1, warm=True))
+    for stage, cats in full.stages.items():
+        assert abs(warm.stages[stage]["Total"] - cats["Total"]) <= 0.01 * cats["Total"], stage
