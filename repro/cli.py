@@ -360,8 +360,14 @@ def bench_gpu(settings: dict[str, Any]) -> None:
     report = run_preflight(cfg)
     for shape, one in report["shapes"].items():
         typer.echo(f"{shape} ({one['model_type']}):")
+        fake, plan = one.get("predicted_fake_gb", {}), one.get("predicted_gb", {})
         for name, stage in one["stages"].items():
             extra = f" ({stage.get('reason', '')[:160]})" if stage.get("status") != "ok" else ""
+            if "peak_gb" in stage:  # measured beside the tracker (fake mode) and the arithmetic
+                extra += f" peak {stage['peak_gb']:.2f} GB" + "".join(
+                    f", {who} {src[name]:.2f} GB (x{stage['peak_gb'] / src[name]:.3f})"
+                    for who, src in (("fake-mode", fake), ("plan", plan))
+                    if isinstance(src.get(name), float) and src[name] > 0)
             typer.echo(f"  {name:<13} {stage.get('status')}{extra}")
     _close_report("repro bench gpu", cfg.out / "preflight.json", report, f"{report['device']}, ")
 
