@@ -97,18 +97,27 @@ def measure_step(spec: StepSpec) -> Measured:
                     seconds=time.perf_counter() - t0)
 
 
+# Categories that grow with the layers (each layer's shards, optimizer state and checkpoint
+# boundary); the others are one or two units' buffers or one layer's recompute, the same at any
+# depth (Qwen3-32B's preset at 4 and 6 layers: unsharded parameters, all-gather, reduce-scatter
+# and temporaries equal to the byte).
+PER_LAYER = ("Sharded Param", "Sharded Grad", "OptState", "Activation")
+
+
 def measure_extrapolated(spec: StepSpec, few: tuple[int, int]) -> Measured:
-    """`measure_step` at `few` layer counts, every category extrapolated linearly to the
-    config's layer count (identical layers: each adds the same bytes to every category)."""
+    """`measure_step` at `few` layer counts; the `PER_LAYER` categories extrapolated linearly to
+    the config's layer count, the others as the deeper trace has them."""
     n = spec.fields["num_hidden_layers"]
     if n in few:
         return measure_step(spec)
     a, b = (measure_step(StepSpec(**{**vars(spec), "fields": spec.fields | {
         "num_hidden_layers": k}})) for k in few)
     out = Measured(layers=n, seconds=a.seconds + b.seconds, extrapolated_from=few)
-    for stage, cats in a.stages.items():
-        out.stages[stage] = {c: round(v + (b.stages[stage].get(c, 0) - v) * (n - few[0])
-                                      / (few[1] - few[0])) for c, v in cats.items()}
+    for stage, cats in b.stages.items():
+        low = a.stages[stage]
+        out.stages[stage] = {c: round(v + (v - low.get(c, 0)) * (n - few[1]) / (few[1] - few[0]))
+                             if c in PER_LAYER else v for c, v in cats.items() if c != "Total"}
+        out.stages[stage]["Total"] = sum(out.stages[stage].values())
     return out
 
 
