@@ -129,7 +129,10 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: Hardware,
     unit = max(shape.layer_params * (BF16 + 4), shape.embed_params * (4 + 4))  # fp32 head
     # checkpoint boundaries: each layer's bf16 input (the tracker, repro.plan.measure, finds
     # 0.356 GB a layer at Qwen3-32B's width and 34,816 tokens: bf16, not float32)
-    boundary = shape.layers * shape.hidden * BF16 + shape.layer_act_bytes_per_token
+    # with checkpointing: every layer's bf16 input, and the recomputed layer's activations
+    # with their gradients beside them in its backward (x2; the tracker, repro.plan.measure, at
+    # the 32B preset: 22.4 GB of temporaries for 10.4 GB of one layer's activations)
+    boundary = shape.layers * shape.hidden * BF16 + 2 * shape.layer_act_bytes_per_token
     act = micro * seq * (boundary if ckpt else shape.act_bytes_per_token)
     prepass = micro * seq * (shape.layer_act_bytes_per_token + 2 * shape.hidden * BF16)
     plan = JobPlan("train", model, nodes, per_node, [], [
