@@ -18,7 +18,9 @@ NEXT = MOE | {"shared_expert_intermediate_size": 32, "linear_num_key_heads": 2,
               "full_attention_interval": 2}
 MODELS = {"qwen3": SMALL | {"model_type": "qwen3"},
           "qwen3_moe": SMALL | MOE | {"model_type": "qwen3_moe"},
-          "qwen3_next": SMALL | NEXT | {"model_type": "qwen3_next"}}
+          "qwen3_next": SMALL | NEXT | {"model_type": "qwen3_next"},
+          # to_empty unties a tied head; the twin's tiny model ties it (issue 48's twin check)
+          "qwen3_tied": SMALL | {"model_type": "qwen3", "tie_word_embeddings": True}}
 EXACT = ("Sharded Param", "Sharded Grad", "OptState")
 # Fake vs real activations and temporaries: 5% (measured 2.8% on the temporaries), plus one
 # fp32 logsumexp [rows, heads, length] per attention layer, which fake dispatch saves (the

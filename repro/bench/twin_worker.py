@@ -136,6 +136,10 @@ def reference(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
     params = list(policy.parameters())
     sharding = {"dtensor_params": all(isinstance(p, DTensor) for p in params),
                 "master_dtypes": sorted({str(p.dtype) for p in params})}
+    # this rank's parameter storage (FSDP2's padded shards), beside the fake-mode prediction
+    storages = {p.to_local().untyped_storage().data_ptr(): p.to_local().untyped_storage().nbytes()
+                for p in params if isinstance(p, DTensor)}
+    rank_bytes = gather_object([sum(storages.values())])
     seen: dict[str, str] = {}
     # its weight's dtype inside forward = compute; the last layer has full attention in every
     # architecture (Qwen3-Next's first layers are DeltaNet, its MLPs routed experts)
@@ -212,6 +216,7 @@ def reference(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
     trainer._record = record
     if dist.is_main_process:
         result |= sharding | {
+            "rank_param_bytes": rank_bytes,
             "processes": dist.num_processes, "backend": str(dist.backend), "cpu_shim": shim,
             "distributed_type": str(trainer.accelerator.distributed_type),
             "compute_dtype": seen.get("compute"),

@@ -86,8 +86,9 @@ def measure_step(spec: StepSpec) -> Measured:
         mesh = _fake_mesh(spec.world)
         model = _build(spec.fields, "cpu" if spec.real else "meta")
         with mode:
-            if not spec.real:
+            if not spec.real:  # to_empty gives each module its own tensor: tie them again
                 model.to_empty(device="cpu")
+                model.tie_weights()
             opt = _shard(model, mesh, spec.checkpointing)
             stages = _trace(model, opt, spec)
     finally:  # the fake group is this process's default group only while tracing
