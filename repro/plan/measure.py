@@ -5,24 +5,24 @@ The model is built on the meta device and moved with `to_empty(device="cpu")` un
 `FakeTensorMode` (fake CUDA tensors need a CUDA build of torch; fake CPU tensors do not, and
 kernel choice can differ by device: see docs/gpu.md). Every layer, then the root, is
 `fully_shard`ed over a fake process group (`FakeStore`, backend "fake") of the job's world size
-with the presets' precision recipe (fp32 masters, bf16 compute, fp32 gradient reduction), as
-accelerate's FSDP2 prepare path does; `FSDPMemTracker` follows the all-gathers, reshards and
-reduce-scatters. Each micro-step runs the forward with activation checkpointing as configured,
-the response tokens through the project's chunked head (`token_logprobs_and_entropy`, with the
-entropy TRL asks for) and DFPO's loss (`policy_loss`, seq_weight precomputed as the pre-pass
-gives it), then backward; each update ends with a foreach AdamW step.
+with the recipe's policy (`repro.engines.fsdp.recipe_mp_policy`), as accelerate's FSDP2 prepare
+path does; `FSDPMemTracker` follows the all-gathers, reshards and reduce-scatters. A micro-step
+runs the forward with activation checkpointing as configured, the response tokens through the
+project's chunked head (`token_logprobs_and_entropy`, with the entropy TRL asks for), then the
+backward of DFPO's loss (`policy_loss`); an update ends with a foreach AdamW step.
 
-What the tracker needs to tell the truth (each tested in tests/test_plan_measure.py):
-- no attention mask and no position ids: every row is at the full budget (the planner's worst
-  case), which a GPU's transformers sees as an all-ones mask and drops; a fake mask cannot be
-  read, so transformers would build a 4-D mask (and sdpa would lose GQA);
+What the tracker needs to tell the truth (tests/test_plan_measure.py tests those marked *):
+- * DTensor propagates shapes by running ops on fake full-size tensors, which the tracker
+  counted as the optimizer's: AdamW steps the local shards instead (`_local_params`);
+- * `to_empty` unties a tied head: `tie_weights()` again;
+- * `reset_mod_stats()` after every micro-step (a second forward is refused otherwise);
 - the chunked head runs inside the root's forward (as TRL's fused head patches it), so FSDP2
   unshards `lm_head` (the tracker fails when a unit's forward never runs);
-- `reset_mod_stats()` after every micro-step (a second forward is refused otherwise);
-- DTensor's shape propagation runs ops on fake full-size tensors: the tracker skips them (ops
-  under a fake mode other than the one active at its entry); a test holds the sharded bytes
-  to 1/world.
-An op without a fake kernel raises `UntraceableOp` naming the op and the module it ran in.
+- no attention mask and no position ids: every row is at the full budget (the planner's worst
+  case), which transformers on a GPU sees as an all-ones mask and drops; a fake mask cannot be
+  read, so transformers would build a 4-D mask (and sdpa would lose GQA);
+- DFPO's loss reads values (its metrics are floats): its gradient comes from real tensors.
+* An op without a fake kernel raises `UntraceableOp` naming the op and the module it ran in.
 """
 
 from __future__ import annotations
@@ -342,8 +342,10 @@ def few_layers(fields: dict[str, Any]) -> tuple[int, int]:
 
 
 def compare_lines(plan: Any, measured: Measured, world: int) -> list[str]:
-    """The tracker's per-rank peaks per stage beside the arithmetic's update phase, in GB."""
-    update = next(p for p in plan.phases if p.name == "update")
+    """The tracker's per-rank peaks per stage beside the arithmetic's phase for it (update;
+    optimizer step), in GB; the arithmetic's include a sleeping vLLM, the tracker's do not."""
+    phases = {p.name.split(" (")[0]: p.total_gb for p in plan.phases}
+    arithmetic = {STAGES[0]: phases["update"], STAGES[1]: phases["optimizer step"]}
     how = (f"layers extrapolated linearly from {measured.extrapolated_from[0]} and "
            f"{measured.extrapolated_from[1]} traced" if measured.extrapolated_from
            else f"all {measured.layers} layers traced")
@@ -351,7 +353,7 @@ def compare_lines(plan: Any, measured: Measured, world: int) -> list[str]:
              f"{measured.seconds:.0f} s)"]
     for stage, cats in measured.stages.items():
         lines.append(f"    {stage:<36} {cats.get('Total', 0) / GB:8.1f} GB   arithmetic "
-                     f"{update.total_gb:6.1f} GB")
+                     f"{arithmetic[stage]:6.1f} GB")
         lines += [f"      {name:<34} {b / GB:8.2f}" for name, b in cats.items()
                   if name != "Total" and b]
     return lines
