@@ -191,3 +191,36 @@ def test_a_warm_step_is_the_steady_state_of_two_micro_steps_and_updates(arch):
     warm = measure_step(spec(arch, response=96, micro_steps=1, updates=1, warm=True))
     for stage, cats in full.stages.items():
         assert abs(warm.stages[stage]["Total"] - cats["Total"]) <= 0.01 * cats["Total"], stage
+
+
+def _forward_peak(fake: bool, mask: bool) -> int:
+    """Peak bytes MemTracker sees for one forward of a tiny dense Qwen3 over 2 x 64 tokens,
+    with an all-ones attention mask or none."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    fields = dict(MODELS["qwen3"])
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    with torch.device("meta" if fake else "cpu"):
+        model = AutoModelForCausalLM.from_config(config)
+    mode = FakeTensorMode(allow_non_fake_inputs=True) if fake else __import__(
+        "contextlib").nullcontext()
+    with mode:
+        if fake:
+            model.to_empty(device="cpu")
+        ids = torch.zeros(2, 64, dtype=torch.long)
+        kwargs = {"attention_mask": torch.ones(2, 64, dtype=torch.long)} if mask else {}
+        tracker = MemTracker()
+        tracker.track_external(model)
+        with tracker, torch.no_grad():
+            model.model(input_ids=ids, **kwargs)
+        return next(iter(tracker.get_tracker_snapshot("peak").values()))["Total"]
+
+
+def test_a_fake_all_ones_mask_is_not_dropped_so_the_trace_passes_none():
+    """Real transformers reads an all-ones mask and drops it (same peak as no mask); a fake one
+    cannot be read, so transformers builds a 4-D mask: the trace passes no mask (every row at
+    the full budget), which is what a GPU's all-ones mask amounts to."""
+    assert _forward_peak(fake=False, mask=True) == _forward_peak(fake=False, mask=False)
+    assert _forward_peak(fake=True, mask=True) > _forward_peak(fake=True, mask=False)

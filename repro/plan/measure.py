@@ -18,7 +18,7 @@ What the tracker needs to tell the truth (tests/test_plan_measure.py tests those
 - * `reset_mod_stats()` after every micro-step (a second forward is refused otherwise);
 - the chunked head runs inside the root's forward (as TRL's fused head patches it), so FSDP2
   unshards `lm_head` (the tracker fails when a unit's forward never runs);
-- no attention mask and no position ids: every row is at the full budget (the planner's worst
+- * no attention mask and no position ids: every row is at the full budget (the planner's worst
   case), which transformers on a GPU sees as an all-ones mask and drops; a fake mask cannot be
   read, so transformers would build a 4-D mask (and sdpa would lose GQA);
 - DFPO's loss reads values (its metrics are floats): its gradient comes from real tensors.
