@@ -235,21 +235,58 @@ def plan(
     base: Annotated[Path, typer.Option(
         help="The base config the overlays merge into (its schema.yaml beside it).")] = Path(
         "config/config.yaml"),
+    measure: Annotated[bool, typer.Option(
+        help="Also trace each train job's step with torch's FSDPMemTracker in fake mode (CPU, "
+             "nothing allocated; minutes at paper shapes) and refuse on its peak.")] = False,
 ) -> None:
     """Per-GPU (and per-node host) memory of every GPU job the config plans, phase by phase,
     against its GPUs: exits 1 with one line naming the key to change when a job cannot fit.
-    The workflow runs the same check at parse time."""
+    The workflow runs the same check at parse time (arithmetic only)."""
     from repro.plan import PlanRefusal, load_config, model_lines, plan_jobs, table
 
     try:
         config = load_config(base, configfile or [])
-        typer.echo("\n".join([*model_lines(config), table(plan_jobs(config))]))
+        plans = plan_jobs(config)
+        typer.echo("\n".join([*model_lines(config), table(plans)]))
+        if measure:
+            _plan_measured(config, [p for p in plans if p.job == "train"])
     except PlanRefusal as err:
         typer.echo(f"repro plan: {err}", err=True)
         raise typer.Exit(1) from None
     except (OSError, ValueError) as err:
         typer.echo(f"repro plan: {err}", err=True)
         raise typer.Exit(2) from None
+
+
+def _plan_measured(config: dict[str, Any], plans: list[Any]) -> None:
+    """`repro plan --measure`: each train job traced, beside its arithmetic; an op the tracker
+    cannot trace leaves the arithmetic as the plan, said on stderr."""
+    import resource
+
+    from repro.plan import Hardware
+    from repro.plan.measure import (
+        UntraceableOp,
+        compare_lines,
+        few_layers,
+        job_spec,
+        measure_extrapolated,
+        refuse_over_measured,
+    )
+    from repro.plan.memory import step_layout
+
+    for plan in plans:
+        spec = job_spec(config, plan.model)
+        try:
+            measured = measure_extrapolated(spec, few_layers(spec.fields))
+        except UntraceableOp as err:
+            typer.echo(f"repro plan --measure: {plan.model}: {err}; the plan is the arithmetic "
+                       "above", err=True)
+            continue
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+        typer.echo("\n".join([f"train {plan.model} measured, host RSS {rss:.1f} GB",
+                              *compare_lines(plan, measured, spec.world)]))
+        local = step_layout(config["train"], Hardware.of(config["hardware"]), spec.world)[0]
+        refuse_over_measured(plan, measured, spec, local)
 
 
 @bench_app.command("objectives")
@@ -323,8 +360,14 @@ def bench_gpu(settings: dict[str, Any]) -> None:
     report = run_preflight(cfg)
     for shape, one in report["shapes"].items():
         typer.echo(f"{shape} ({one['model_type']}):")
+        fake, plan = one.get("predicted_fake_gb", {}), one.get("predicted_gb", {})
         for name, stage in one["stages"].items():
             extra = f" ({stage.get('reason', '')[:160]})" if stage.get("status") != "ok" else ""
+            if "peak_gb" in stage:  # measured beside the tracker (fake mode) and the arithmetic
+                extra += f" peak {stage['peak_gb']:.2f} GB" + "".join(
+                    f", {who} {src[name]:.2f} GB (x{stage['peak_gb'] / src[name]:.3f})"
+                    for who, src in (("fake-mode", fake), ("plan", plan))
+                    if isinstance(src.get(name), float) and src[name] > 0)
             typer.echo(f"  {name:<13} {stage.get('status')}{extra}")
     _close_report("repro bench gpu", cfg.out / "preflight.json", report, f"{report['device']}, ")
 

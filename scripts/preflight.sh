@@ -16,9 +16,13 @@
 # vLLM (hundreds of MB) cannot travel: where it is missing, the vLLM stages are `skipped` with
 # the reason and rollouts use HF generate. On a node with the project's GPU env (vLLM 0.31),
 # run the same command with nothing carried.
+# The models and their fp32 saves (~45 GB over both shapes) are written under PREFLIGHT_WORK
+# (default /tmp/preflight-work), outside $OUT, whose packing lost the first H200 call's results;
+# only the JSON, the progress files and the logs are copied to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?set OUT to the folder the JSON goes to}
+work=${PREFLIGHT_WORK:-/tmp/preflight-work}
 budget=${PREFLIGHT_BUDGET_S:-480}
 py=${PYTHON:-python3}
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -34,8 +38,11 @@ assert torch.cuda.is_available(), 'no GPU visible'
 print('torch', torch.__version__, '| trl', trl.__version__, '| GPUs', torch.cuda.device_count())" \
   || exit 4
 timeout --kill-after=15 $((${budget%.*} + 60)) "$py" -c 'from repro.cli import main; main()' bench gpu \
-  --out "$out/preflight" --budget-s "$budget" "$@"
+  --out "$work" --budget-s "$budget" "$@"
 rc=$?
-cp "$out/preflight/preflight.json" "$out/preflight.json" 2>/dev/null || echo "no preflight.json"
+mkdir -p "$out/preflight"
+(cd "$work" && find . \( -path '*/model' -o -path '*/saved' \) -prune -o -type f \
+  \( -name '*.json' -o -name '*.log' \) -size -20M -print0 | xargs -0 -r cp --parents -t "$out/preflight")
+cp "$work/preflight.json" "$out/preflight.json" 2>/dev/null || echo "no preflight.json"
 echo "repro bench gpu exit $rc"
 exit $rc

@@ -343,3 +343,20 @@ def test_a_vllm_that_cannot_run_the_architecture_fails_its_stages_and_the_rest_s
     report = {"processes": 2, "stages": stages, "predicted_gb": {}}
     assert failures(report, 1e-6, STALE_FACTOR, NOISE_FACTOR)[0].startswith(
         "vllm_sync: failed (vLLM on qwen3_next: exit 1: ValueError: stand-in")
+
+
+def test_the_preflight_predicts_its_update_in_fake_mode_beside_the_plan(tmp_path):
+    """`predicted_fake` (torch's tracker in fake mode, the run's own configuration) is what each
+    measured update peak is printed beside; on the dense shape it agrees with the arithmetic
+    within 5% (no snapshot on the GPU any more: param_change keeps it on the host)."""
+    from transformers import AutoConfig
+
+    from repro.bench.gpu import predicted, predicted_fake, train_config
+    from repro.bench.options import PreflightConfig, gpu_shape
+
+    fields = gpu_shape("qwen3-32b-4l")
+    AutoConfig.for_model(fields.pop("model_type"), **fields).save_pretrained(tmp_path)
+    cfg = PreflightConfig(out=tmp_path, processes=1, lr=1e-6, max_new_tokens=32).resolved()
+    train = train_config(cfg, tmp_path, use_vllm=False)
+    fake, plan = predicted_fake(cfg, tmp_path, train), predicted(cfg, tmp_path, train)
+    assert abs(fake["update"] / plan["update"] - 1) <= 0.05, (fake, plan)

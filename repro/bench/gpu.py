@@ -87,8 +87,26 @@ def predicted(cfg: PreflightConfig, model: Path, train: dict[str, Any]) -> dict[
     hw = Hardware(gpu_memory_gb=gpu_gb, prompt_tokens=64,  # the prompts are < 64 tokens
                   train=TrainLayout(nodes=1, gpus_per_node=cfg.processes))
     plan = train_plan("preflight", shape_of(read_config(model), str(model)), train, hw,
-                      cfg.processes)
-    return {phase.name: phase.total_gb for phase in plan.phases}
+                      cfg.processes)  # param_change's snapshot is on the host (preflight_worker)
+    out = {phase.name: phase.total_gb for phase in plan.phases}
+    # the update stage's peak covers its optimizer steps too
+    out["update"] = max(out["update"], out.pop("optimizer step (foreach AdamW)"))
+    return out
+
+
+def predicted_fake(cfg: PreflightConfig, model: Path, train: dict[str, Any]) -> dict[str, float]:
+    """The update stage's per-GPU peak by torch's tracker in fake mode (repro.plan.measure) for
+    this run's configuration: what the measured peak is compared with (the ratio calibrates)."""
+    from repro.plan.measure import GB, StepSpec, measure_step
+    from repro.plan.shapes import read_config
+
+    accum = train["trl_args"]["gradient_accumulation_steps"]
+    rows = cfg.prompts_per_step * cfg.group_size // (cfg.minibatches * cfg.processes)
+    spec = StepSpec(read_config(model), world=cfg.processes, rows=rows // accum, prompt=64,
+                    response=cfg.max_new_tokens, micro_steps=1, updates=1, warm=True,
+                    checkpointing=bool(train["trl_args"].get("gradient_checkpointing")))
+    measured = measure_step(spec)
+    return {"update": measured.peak()[1]["Total"] / GB, "seconds": measured.seconds}
 
 
 def build_model(cfg: PreflightConfig, shape: str, path: Path) -> Path:
@@ -222,6 +240,10 @@ def run_shape(cfg: PreflightConfig, shape: str, out: Path, deadline: float,
     stages["build"] = {"status": "ok", "seconds": time.time() - t}
     report["model_type"] = json.loads((model / "config.json").read_text())["model_type"]
     train = train_config(cfg, model, use_vllm=no_vllm is None)
+    try:
+        report["predicted_fake_gb"] = predicted_fake(cfg, model, train)
+    except Exception as err:  # the tracker is advice here: the run goes on, the reason kept
+        report["predicted_fake_gb"] = {"error": f"{type(err).__name__}: {err}"}
     try:
         report["predicted_gb"] = predicted(cfg, model, train)
     except ValueError as err:  # PlanRefusal: would not fit this GPU

@@ -259,6 +259,7 @@ def run_twin(out: Path, model_name: str = "tiny") -> dict[str, Any]:
     proc = torchrun(["reference", str(ref_json), str(model), json.dumps(config)], env, ref_log)
     finished(proc, ref_log, "reference")
     report["reference"] = json.loads(ref_json.read_text())
+    report["reference"]["fake_param_bytes"] = fake_param_bytes(model)
     report["runs"] = {}
     for algo in ALGORITHMS:
         run = out / "runs" / algo
@@ -269,6 +270,16 @@ def run_twin(out: Path, model_name: str = "tiny") -> dict[str, Any]:
     text = json.dumps(report, indent=1, default=str)
     atomic_file(out / "twin.json", lambda tmp: tmp.write_text(text))
     return report
+
+
+def fake_param_bytes(model: Path) -> int:
+    """Per-rank sharded parameter bytes of `model` at 2 processes by torch's tracker in fake mode
+    (repro.plan.measure), which the 2 real processes' own storage must equal."""
+    from repro.plan.measure import StepSpec, measure_step
+    from repro.plan.shapes import read_config
+
+    spec = StepSpec(read_config(model), world=PROCESSES, rows=1, prompt=4, response=4)
+    return measure_step(spec).stages["optimizer step"]["Sharded Param"]
 
 
 def twin_failures(report: dict[str, Any]) -> list[str]:
@@ -290,6 +301,16 @@ def twin_failures(report: dict[str, Any]) -> list[str]:
         if not abs(two - one) <= tol:
             bad.append(f"update {i + 1}: 2-process loss {two:.6g} vs 1-process {one:.6g} "
                        f"(tolerance {tol:.3g})")
+    real, fake = ref.get("rank_param_bytes", []), ref.get("fake_param_bytes")
+    if fake is not None and any(b != fake for b in real):
+        bad.append(f"per-rank parameter bytes {real} real vs {fake} in fake mode")
+    # the router term alone: the loss tolerance above (bf16 log-probs) exceeds it (~0.002 at
+    # coefficient 0.001), so a missing or doubled term is caught here, at 1% of it
+    for i, (two, one, tol) in enumerate(zip(ref["router_2proc"], ref["router_1proc"],
+                                            ref["router_tolerance"], strict=True)):
+        if not abs(two - one) <= tol:
+            bad.append(f"update {i + 1}: router term {two:.6g} added by the engine vs "
+                       f"{one:.6g} in the 1-process reference (tolerance {tol:.3g})")
     for algo, run in report["runs"].items():
         if run["steps"] != list(range(1, STEPS + 1)):
             bad.append(f"{algo}: log steps {run['steps']}, want 1..{STEPS} once each")

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch.nn.functional import pad
 
+ROUTER_REL_TOL = 0.01  # the router term's tolerance, relative to the reference's (see below)
 OLD_LOGP_NOISE = 0.05  # behaviour log-probs moved off-policy, so ratios and DFPO's w~ act
 
 
@@ -43,6 +44,23 @@ def _padded(parts: list[dict], key: str, left: bool) -> torch.Tensor:
     width = max(p[key].size(1) for p in parts)
     return torch.cat([pad(p[key], (width - p[key].size(1), 0) if left
                           else (0, width - p[key].size(1))) for p in parts])
+
+
+def _mean_aux(model: Any, parts: list[dict], accum: int) -> float:
+    """transformers' router load-balancing loss, as TRL's forward returns it, of every
+    process's micro-steps (its minibatch's rows in `accum` chunks, `_micro_steps`' split), in
+    float32, averaged: the engine adds `coef x aux / accum` per micro-step and averages the
+    processes, so its router term is `coef x` this mean."""
+    values = []
+    with torch.no_grad():
+        for part in parts:
+            ids = torch.cat([part["prompt_ids"], part["completion_ids"]], 1)
+            attn = torch.cat([part["prompt_mask"], part["completion_mask"]], 1)
+            for rows in torch.arange(ids.size(0)).chunk(accum):
+                out = model(input_ids=ids[rows], attention_mask=attn[rows],
+                            output_router_logits=True)
+                values.append(float(out.aux_loss))
+    return sum(values) / len(values)
 
 
 @dataclass
@@ -107,6 +125,7 @@ def reference(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
     from repro.objectives import Minibatch, policy_loss
     from repro.training.config import TrainConfig
     from repro.training.logprobs import response_logprobs
+    from repro.training.router import router_aux_coef
 
     cfg = TrainConfig(**config)
     sharded = sharded_trainer(cfg, model_dir, out.parent)
@@ -117,6 +136,10 @@ def reference(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
     params = list(policy.parameters())
     sharding = {"dtensor_params": all(isinstance(p, DTensor) for p in params),
                 "master_dtypes": sorted({str(p.dtype) for p in params})}
+    # this rank's parameter storage (FSDP2's padded shards), beside the fake-mode prediction
+    storages = {p.to_local().untyped_storage().data_ptr(): p.to_local().untyped_storage().nbytes()
+                for p in params if isinstance(p, DTensor)}
+    rank_bytes = gather_object([sum(storages.values())])
     seen: dict[str, str] = {}
     # its weight's dtype inside forward = compute; the last layer has full attention in every
     # architecture (Qwen3-Next's first layers are DeltaNet, its MLPs routed experts)
@@ -133,16 +156,27 @@ def reference(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
     batch["old_per_token_logps"] = batch["old_per_token_logps"] + OLD_LOGP_NOISE * torch.randn(
         batch["old_per_token_logps"].shape, generator=gen)
     result: dict[str, Any] = {"losses_2proc": [], "losses_1proc": [], "tolerance": [],
+                              "router_2proc": [], "router_1proc": [], "router_tolerance": [],
                               "rows_nonzero_advantage": [],
                               "whole_groups_per_update": True}
     if dist.is_main_process:
         ref_model = load(model_dir, dtype=torch.float32)[0]  # one process, unsharded, float32
+        coef = router_aux_coef(ref_model, cfg.router_aux_loss_coef)  # TRL's rule, independently
     accum = args.gradient_accumulation_steps
+    policy_shares: list[float] = []  # the objective's share the engine records per micro-step
+    record = trainer._record
+    trainer._record = lambda metrics, *rest: (policy_shares.append(metrics["loss"]),
+                                              record(metrics, *rest))[1]
     for minibatch in split_whole_groups(batch, cfg.minibatches, cfg.seed, 1):
+        policy_shares.clear()
         total = sum(float(trainer._compute_loss(policy, micro).detach())
                     for micro in trainer._micro_steps(minibatch, accum))
-        total = float(trainer.accelerator.reduce(torch.tensor([total]), "sum")[0])
+        # what the engine added beyond the objective: its router term (0 on a dense model)
+        own = total - sum(policy_shares) * dist.num_processes
+        total, router = (float(x) for x in trainer.accelerator.reduce(
+            torch.tensor([total, own], dtype=torch.float64), "sum"))
         total /= dist.num_processes  # each process's loss carries world x its share
+        router /= dist.num_processes
         parts = gather_object([{k: v for k, v in minibatch.items()
                                 if isinstance(v, torch.Tensor) and v.dim()}])
         if not dist.is_main_process:
@@ -161,19 +195,28 @@ def reference(out: Path, model_dir: Path, config: dict[str, Any]) -> None:
         adv = torch.cat([p["advantages"] for p in parts])
         ref, _ = policy_loss(trainer.loss_cfg, Minibatch(
             logp, _padded(parts, "old_per_token_logps", False), c_mask.bool(), adv, group))
-        coef = torch.autograd.grad(ref, logp)[0]  # dL/dlogp per token
+        dlogp = torch.autograd.grad(ref, logp)[0]  # dL/dlogp per token
         # First order: each log-prob computed with bf16 weights and activations is off by about
         # one bf16 unit roundoff u = eps/2 relative to (1 + |logp|); the loss moves by dL/dlogp
         # times that. (Measured errors are ~100x below it; a lost process's share is ~50x above.)
         unit = torch.finfo(torch.bfloat16).eps / 2
-        tol = unit * float((coef.abs() * (1 + logp.detach().abs())).sum())
+        tol = unit * float((dlogp.abs() * (1 + logp.detach().abs())).sum())
+        ref_router = coef * _mean_aux(ref_model, parts, accum) if coef else 0.0
+        # bf16 routing moves aux by < 2e-4 relative (tiny MoE and Next, fp32 vs bf16 model,
+        # 4 seeds each); 1% is 50x that, and a missing or doubled term is 100% off
+        router_tol = ROUTER_REL_TOL * abs(ref_router)
         result["losses_2proc"].append(total)
-        result["losses_1proc"].append(float(ref))
-        result["tolerance"].append(tol)
+        result["losses_1proc"].append(float(ref) + ref_router)  # like with like: both terms
+        result["tolerance"].append(tol + router_tol)
+        result["router_2proc"].append(router)
+        result["router_1proc"].append(ref_router)
+        result["router_tolerance"].append(router_tol)
         result["rows_nonzero_advantage"].append(int(adv.ne(0).sum()))
     hook.remove()
+    trainer._record = record
     if dist.is_main_process:
         result |= sharding | {
+            "rank_param_bytes": rank_bytes,
             "processes": dist.num_processes, "backend": str(dist.backend), "cpu_shim": shim,
             "distributed_type": str(trainer.accelerator.distributed_type),
             "compute_dtype": seen.get("compute"),

@@ -71,14 +71,20 @@ def enable_cpu_fsdp2() -> bool:
 def recipe_policy(accelerator) -> None:
     """Give accelerate's FSDP2 plugin the recipe's policy (before `prepare`); a no-op without
     FSDP2 or without mixed precision."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is None or plugin.fsdp_version != 2 or accelerator.mixed_precision == "no":
         return
     compute = {"bf16": torch.bfloat16, "fp16": torch.float16}[accelerator.mixed_precision]
-    plugin.mixed_precision_policy = MixedPrecisionPolicy(
-        param_dtype=compute, reduce_dtype=torch.float32, output_dtype=torch.float32)
+    plugin.mixed_precision_policy = recipe_mp_policy(compute)
+
+
+def recipe_mp_policy(compute: torch.dtype) -> object:
+    """The recipe's FSDP2 policy: `compute`-dtype parameters in forward and backward, float32
+    gradient reduction and module outputs (also what `repro.plan.measure` traces)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32,
+                                output_dtype=torch.float32)
 
 
 def close_process_group() -> None:

@@ -13,7 +13,9 @@ model, or a Next key on Qwen3-MoE, is an error rather than silently ignored.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 ARCHITECTURES = ("qwen3", "qwen3_moe", "qwen3_next")
 
@@ -93,13 +95,11 @@ class TinyModelConfig:
         if self.architecture not in ARCHITECTURES:
             raise ValueError(f"TinyModelConfig.architecture must be one of {ARCHITECTURES}, "
                              f"got {self.architecture!r}")
+        check_architecture_keys(self.architecture, {
+            n: getattr(self, n) for n in MOE_DEFAULTS if getattr(self, n) is not None},
+            "TinyModelConfig")
         for name, (takers, default) in MOE_DEFAULTS.items():
-            if self.architecture not in takers:
-                if getattr(self, name) is not None:
-                    raise ValueError(
-                        f"TinyModelConfig.{name} is a {'/'.join(takers)} option, not one of "
-                        f"architecture {self.architecture!r}, got {getattr(self, name)!r}")
-            elif getattr(self, name) is None:
+            if self.architecture in takers and getattr(self, name) is None:
                 setattr(self, name, default)
         ints = [n for n in MOE_DEFAULTS if n != "router_aux_loss_coef"]
         for name in (*_POSITIVE_INTS, *ints):
@@ -133,16 +133,39 @@ class TinyModelConfig:
 
     def _check_moe(self) -> None:
         """Routing and layer-layout rules of the MoE architectures."""
-        if self.num_experts_per_tok > self.num_experts:
-            raise ValueError(f"TinyModelConfig.num_experts_per_tok ({self.num_experts_per_tok}) "
-                             f"must be <= num_experts ({self.num_experts})")
         coef = self.router_aux_loss_coef
         if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not 0 <= coef < 1e9:
             raise ValueError(f"TinyModelConfig.router_aux_loss_coef must be a finite number >= 0, "
                              f"got {coef!r}")
-        interval = self.full_attention_interval
-        if interval is not None and interval > self.num_hidden_layers:
-            raise ValueError(
-                f"TinyModelConfig.full_attention_interval ({interval}) must be <= "
-                f"num_hidden_layers ({self.num_hidden_layers}): else no layer is full "
-                "attention")
+        check_moe_layout(vars(self), "TinyModelConfig")
+
+
+def check_architecture_keys(architecture: str, keys: Iterable[str] | dict, where: str) -> None:
+    """Refuse an MoE key (`MOE_DEFAULTS`) on an architecture that does not take it (transformers
+    would keep it as an ignored attribute): the tiny catalogue's and the presets' one rule."""
+    values = keys if isinstance(keys, dict) else dict.fromkeys(keys)
+    for name, (takers, _) in MOE_DEFAULTS.items():
+        if name in values and architecture not in takers:
+            got = "" if values[name] is None else f", got {values[name]!r}"
+            raise ValueError(f"{where}.{name} is a {'/'.join(takers)} option, not one of "
+                             f"architecture {architecture!r}{got}")
+
+
+def check_moe_layout(values: dict[str, Any], where: str) -> None:
+    """Top-k within the experts, and at least one full-attention layer (Qwen3-Next): both pass
+    transformers' config and fail at the first forward (`selected index k out of range`,
+    `get_mask_sizes`). `values`: the config's fields with its defaults filled; `layer_types`,
+    when set, is the layout, else every `full_attention_interval`-th layer is full attention."""
+    k, experts = values.get("num_experts_per_tok"), values.get("num_experts")
+    if k is not None and experts is not None and k > experts:
+        raise ValueError(f"{where}.num_experts_per_tok ({k}) must be <= num_experts ({experts})")
+    layers, interval = values.get("num_hidden_layers"), values.get("full_attention_interval")
+    types = values.get("layer_types")
+    if types is not None:
+        if "full_attention" not in types:
+            raise ValueError(f"{where}.layer_types has no 'full_attention' layer (the model's "
+                             "masks and KV cache need one)")
+    elif interval is not None and layers is not None and interval > layers:
+        raise ValueError(
+            f"{where}.full_attention_interval ({interval}) must be <= "
+            f"num_hidden_layers ({layers}): else no layer is full attention")

@@ -36,9 +36,13 @@ def load_config(base: Path, configfiles: list[Path]) -> dict[str, Any]:
 
 def model_shape(config: dict[str, Any], key: str) -> Shape:
     """The shape of catalogue model `key`: its declared `config` (a config.json's fields), or
-    the config.json of a local folder given as its id. Nothing is fetched."""
+    the config.json of a local folder given as its id. Nothing is fetched. A declared config is
+    checked against transformers' class for it first (`check_config_fields`)."""
     entry = config["models"][key]
     if "config" in entry:
+        from repro.models.hub_config import check_config_fields
+
+        check_config_fields(entry["config"], f"config models.{key}.config")
         return shape_of(entry["config"], f"models.{key}.config")
     where = Path(entry.get("id", ""))
     if entry.get("id") and (where / "config.json").is_file():

@@ -37,6 +37,7 @@ VLLM_ASLEEP_GB = 1.0  # what a sleeping vLLM (level 2: weights and KV cache free
 PROC_HOST_GB = 10.0  # host memory of one process: Python, torch, CUDA and vLLM runtimes
 REFERENCE = "KL reference fp32 (sharded)"
 REFERENCE_HOST = "KL reference, loaded whole by every process"
+SNAPSHOT = "bench fp32 snapshot of the masters"
 RUNTIME_MARGIN = 1.2  # evaluation walltime over the token estimate (load, grading, stragglers)
 
 
@@ -75,13 +76,37 @@ def _gb(nbytes: float) -> float:
     return nbytes / GB
 
 
+def trl_args(train: dict[str, Any]) -> dict[str, Any]:
+    """The train block's trl_args over TRL's rollout defaults (as the engine builds them)."""
+    from repro.engines.trl_args import rollout_defaults
+
+    return rollout_defaults(train.get("trl_args", {})) | train.get("trl_args", {})
+
+
+def step_layout(train: dict[str, Any], hw: Hardware, world: int) -> tuple[int, int, int, int,
+                                                                          bool]:
+    """(rows per process and update, accumulation steps, rows per micro-step, tokens per row,
+    activation checkpointing) of a train job: what the arithmetic and the tracker both size."""
+    args = trl_args(train)
+    accum = int(args.get("gradient_accumulation_steps", 1))
+    local = train["prompts_per_step"] * train["group_size"] // (train["minibatches"] * world)
+    if local % accum:
+        raise PlanRefusal(f"config train.trl_args.gradient_accumulation_steps={accum} does not "
+                          f"divide the {local} rows per process and update")
+    budget = train.get("max_new_tokens", TRAIN_DEFAULTS["max_new_tokens"])
+    return (local, accum, local // accum, hw.prompt_tokens + int(budget),
+            bool(args.get("gradient_checkpointing", False)))
+
+
 def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: Hardware,
-               world: int) -> JobPlan:
-    """Plan one train job; raise PlanRefusal (one line, naming the key) when it cannot fit."""
-    from repro.engines.trl_args import check_layout, check_sources, rollout_defaults
+               world: int, snapshot: bool = False) -> JobPlan:
+    """Plan one train job; raise PlanRefusal (one line, naming the key) when it cannot fit.
+    `snapshot`: `repro bench gpu`'s fp32 copy of the masters, kept on the GPU through the
+    update for its param_change check."""
+    from repro.engines.trl_args import check_layout, check_sources
 
     nodes, per_node = hw.train.nodes, hw.train.gpus_per_node
-    p, g, k = train["prompts_per_step"], train["group_size"], train["minibatches"]
+    p, k = train["prompts_per_step"], train["minibatches"]
     try:
         check_layout(SimpleNamespace(prompts_per_step=p, minibatches=k), world)
     except ValueError as err:
@@ -93,23 +118,21 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: Hardware,
     except ValueError as err:
         raise PlanRefusal(f"config train.{str(err).removeprefix('TrainConfig.')} "
                           f"(hardware.train: {nodes} node(s) x {per_node} GPUs)") from None
-    args = rollout_defaults(train.get("trl_args", {})) | train.get("trl_args", {})
-    accum = int(args.get("gradient_accumulation_steps", 1))
-    local = p * g // (k * world)
-    if local % accum:
-        raise PlanRefusal(f"config train.trl_args.gradient_accumulation_steps={accum} does not "
-                          f"divide the {local} rows per process and update")
-    budget = train.get("max_new_tokens", TRAIN_DEFAULTS["max_new_tokens"])
-    micro, seq = local // accum, hw.prompt_tokens + int(budget)
+    args = trl_args(train)
+    local, _, micro, seq, ckpt = step_layout(train, hw, world)
     n, gpu = shape.params, hw.gpu_memory_gb - RESERVE_GB
-    ckpt = bool(args.get("gradient_checkpointing", False))
     states = {"fp32 masters (sharded)": _gb(4 * n / world),
               "fp32 gradients (sharded)": _gb(4 * n / world),
               "AdamW m, v fp32 (sharded)": _gb(8 * n / world)}
     kl = float(train.get("kl_coef", TRAIN_DEFAULTS["kl_coef"])) > 0
     reference = {REFERENCE: _gb(4 * n / world)} if kl else {}
     unit = max(shape.layer_params * (BF16 + 4), shape.embed_params * (4 + 4))  # fp32 head
-    boundary = shape.layers * shape.hidden * BF16 + shape.layer_act_bytes_per_token
+    # checkpoint boundaries: each layer's bf16 input (the tracker, repro.plan.measure, finds
+    # 0.356 GB a layer at Qwen3-32B's width and 34,816 tokens: bf16, not float32)
+    # with checkpointing: every layer's bf16 input, and the recomputed layer's activations
+    # with their gradients beside them in its backward (x2; the tracker, repro.plan.measure, at
+    # the 32B preset: 22.4 GB of temporaries for 10.4 GB of one layer's activations)
+    boundary = shape.layers * shape.hidden * BF16 + 2 * shape.layer_act_bytes_per_token
     act = micro * seq * (boundary if ckpt else shape.act_bytes_per_token)
     prepass = micro * seq * (shape.layer_act_bytes_per_token + 2 * shape.hidden * BF16)
     plan = JobPlan("train", model, nodes, per_node, [], [
@@ -162,17 +185,19 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: Hardware,
     if vllm_resident:
         update.items["vLLM " + ("asleep" if vllm_resident == VLLM_ASLEEP_GB else "awake")] = \
             vllm_resident
+    if snapshot:
+        update.items[SNAPSHOT] = _gb(4 * n / world)
     if update.total_gb > gpu:
-        if not ckpt:
-            key, how = "train.trl_args.gradient_checkpointing", "set it true"
-        elif micro > 1:
-            key, how = "train.trl_args.gradient_accumulation_steps", f"raise it to {local}"
-        elif vllm_resident > VLLM_ASLEEP_GB:
-            key, how = "train.trl_args.vllm_enable_sleep_mode", "set it true"
-        else:
-            key, how = "hardware.train.nodes", "shard over more GPUs"
-        _refuse_over(update, key, how)
+        _refuse_over(update, *update_knob(ckpt, micro, local, vllm_resident))
     plan.phases.append(update)
+    # AdamW's foreach step holds one fp32 temporary the size of the shards (sqrt of v) beside
+    # masters, gradients and m, v: measured by the tracker (repro.plan.measure), 15.6 GB of the
+    # H200 run's 94.0 GB
+    step = Phase("optimizer step (foreach AdamW)", gpu, dict(states) | reference | {
+        "AdamW foreach temporary fp32 (sharded)": _gb(4 * n / world)} | {
+        k: v for k, v in update.items.items() if k.startswith(("vLLM", SNAPSHOT))})
+    _refuse_over(step, "hardware.train.nodes", "shard over more GPUs")
+    plan.phases.append(step)
     plan.phases.append(Phase("DFPO pre-pass (no grad)", gpu, dict(states) | {
         "gathered unit (bf16 params, fp32 grads, x2)": _gb(2 * unit),
         f"one layer's activations, {micro} x {seq} tokens": _gb(prepass)}))
@@ -185,6 +210,17 @@ def train_plan(model: str, shape: Shape, train: dict[str, Any], hw: Hardware,
                  "(non-zero ranks load on the meta device)")
     plan.phases.append(host)
     return plan
+
+
+def update_knob(ckpt: bool, micro: int, local: int, vllm_resident: float) -> tuple[str, str]:
+    """(config key, what to do) that shrinks an update that does not fit, in order of cost."""
+    if not ckpt:
+        return "train.trl_args.gradient_checkpointing", "set it true"
+    if micro > 1:
+        return "train.trl_args.gradient_accumulation_steps", f"raise it to {local}"
+    if vllm_resident > VLLM_ASLEEP_GB:
+        return "train.trl_args.vllm_enable_sleep_mode", "set it true"
+    return "hardware.train.nodes", "shard over more GPUs"
 
 
 def eval_plan(model: str, shape: Shape, tokens: int, hw: Hardware) -> JobPlan:
