@@ -59,6 +59,60 @@ def test_the_plugins_state_query_is_wrapped_once():
     assert module.query_job_status.__closure__[0].cell_contents is query  # not wrapped twice
 
 
+def test_a_cancel_names_who_cancelled_from_sacct_lines():
+    """sacct's State|Reason of a cancelled job (as on the local cluster after `scancel`)."""
+    assert slurm.cancel_cause("CANCELLED by 0|None\n") == "cancelled by user root (uid 0)"
+    assert slurm.cancel_cause("CANCELLED by 4242424|None") == "cancelled by uid 4242424"
+    assert slurm.cancel_cause("CANCELLED by 0|DependencyNeverSatisfied") == (
+        "cancelled by user root (uid 0) (SLURM reason: DependencyNeverSatisfied)")
+    assert slurm.cancel_cause("CANCELLED|Prolog") == "cancelled (SLURM reason: Prolog)"
+    assert slurm.cancel_cause("CANCELLED|None") is None  # SLURM does not know: nothing made up
+    assert slurm.cancel_cause("TIMEOUT|None") is None
+    assert slurm.cancel_cause("") is None
+
+
+def _cancel_reported(msg, cause="cancelled by user root (uid 0)"):
+    """The wrapped report of a job error (wrapped twice: once only); (message, job ids asked)."""
+    asked, reports = [], []
+
+    class Executor:
+        def report_job_error(self, job_info, msg=None, **kwargs):
+            reports.append((msg, kwargs))
+
+    def ask(job_id):
+        asked.append(job_id)
+        return cause
+
+    slurm.wrap_cancel_report(Executor, ask)
+    slurm.wrap_cancel_report(Executor, ask)
+    Executor().report_job_error(SimpleNamespace(external_jobid="31"), msg=msg, aux_logs=["x"])
+    assert len(reports) == 1 and reports[0][1] == {"aux_logs": ["x"]}
+    return reports[0][0], asked
+
+
+def test_a_cancelled_jobs_report_says_who_cancelled_it():
+    plain = "SLURM-job '31' failed, SLURM status is: 'CANCELLED'. Reason: Unknown."
+    assert _cancel_reported(plain) == ("SLURM-job '31' failed, SLURM status is: 'CANCELLED'. "
+                                       "Reason: cancelled by user root (uid 0).", ["31"])
+    steps = "SLURM-job '31' failed, SLURM status is: 'CANCELLED'. Reasons: Step 0: a, Step 1: b."
+    assert _cancel_reported(steps)[0] == (
+        "SLURM-job '31' failed, SLURM status is: 'CANCELLED'. Cancelled by user root (uid 0). "
+        "Reasons: Step 0: a, Step 1: b.")
+    assert _cancel_reported(plain, cause=None) == (plain, ["31"])  # sacct knows nothing
+    timeout = "SLURM-job '31' failed, SLURM status is: 'TIMEOUT'. Reason: Unknown."
+    assert _cancel_reported(timeout) == (timeout, [])
+
+
+def test_the_plugin_reports_a_cancel_as_the_wrapper_expects():
+    """The installed plugin's message for a failed job reads as the wrapper matches."""
+    import inspect
+
+    source = inspect.getsource(plugin.Executor.check_active_jobs)
+    assert "f\"SLURM status is: '{status}'. \"" in source
+    assert 'reasons.append("Unknown")' in source and 'f"Reason: {reasons[0]}."' in source
+    assert "self.report_job_error(j, msg=msg" in source
+
+
 def test_pending_lines_name_the_job_the_reason_and_the_drained_nodes():
     told: dict[str, str] = {}
     nodes = lambda: "vm drained (maintenance)"  # noqa: E731
@@ -85,6 +139,7 @@ def test_onstart_switches_the_executor_and_watches_its_run(monkeypatch, capsys):
     monkeypatch.setattr(slurm, "watch_pending",
                         lambda name, say, every: watched.append((name, every)))
     monkeypatch.setattr(plugin, "query_job_status", plugin.query_job_status)  # restored after
+    monkeypatch.setattr(plugin.Executor, "report_job_error", plugin.Executor.report_job_error)
     settings = SimpleNamespace(status_command="sacct", init_seconds_before_status_checks=40)
     executor = SimpleNamespace(run_uuid="repro_1234")
     slurm.check_executor(SimpleNamespace(executor_settings=settings,
@@ -92,6 +147,7 @@ def test_onstart_switches_the_executor_and_watches_its_run(monkeypatch, capsys):
     assert settings.status_command == "squeue" and watched == [("repro_1234", 40)]
     assert capsys.readouterr().err.startswith(f"slurm: sacct fails on this cluster ({DISABLED})")
     assert getattr(plugin.query_job_status, "plain_states", False)
+    assert getattr(plugin.Executor.report_job_error, "cancel_cause", False)
 
 
 class _Rule:

@@ -11,6 +11,7 @@ cluster is up, failed instead under REPRO_REQUIRE_SLURM=1 (.ci/run).
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import signal
 import subprocess
@@ -74,7 +75,8 @@ def assert_resumed(wd, steps: int, after: int) -> int:
 
 def test_cancelled_training_job_is_resubmitted_and_resumes(tmp_path):
     """`scancel` of the train job once its step-4 checkpoint exists (a user's mistake, an admin's
-    clean-up): the job ends CANCELLED, Snakemake resubmits it, the retry resumes."""
+    clean-up): the job ends CANCELLED, reported with who cancelled it where sacct answers,
+    Snakemake resubmits it, the retry resumes."""
     cluster()
     steps = 8
     wd, proc = training_run(tmp_path, steps)
@@ -94,6 +96,8 @@ def test_cancelled_training_job_is_resubmitted_and_resumes(tmp_path):
     if accounting():
         states = {j["JobIDRaw"]: j["State"] for j in jobs_of(run_name(out), "JobIDRaw,State")}
         assert states[jobs[0]].startswith("CANCELLED") and states[jobs[1]] == "COMPLETED", states
+        who = f"cancelled by user {pwd.getpwuid(os.getuid()).pw_name} (uid {os.getuid()})"
+        assert f"SLURM status is: 'CANCELLED'. Reason: {who}." in out, out[-3000:]
 
 
 def test_training_job_killed_at_its_time_limit_resumes(tmp_path):

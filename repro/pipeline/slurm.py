@@ -14,6 +14,9 @@ Cancelled jobs: `sacct` writes a job cancelled by a user or an admin as "CANCELL
 the plugin matches states exactly, takes that one for a running job and waits forever in
 silence (2.8.0; Snakemake-Profiles/slurm fixed the same in its status script in 2019, PR 22).
 `squeue` writes "CANCELLED". The plugin's state query is wrapped to drop the " by UID".
+The plugin then reports the cancel as "Reason: Unknown" (it asks sacct for the reasons of job
+steps 0-9, which a batch job's "batch" step is not); `wrap_cancel_report` says who cancelled it,
+from sacct's State and Reason of the job itself.
 
 Pending jobs: the plugin says nothing while a job waits, so a drained or down node, a partition
 limit or a held job looks like a hung workflow; `watch_pending` says which job waits and why.
@@ -26,6 +29,8 @@ makes the request depend on `attempt`.
 
 from __future__ import annotations
 
+import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -148,6 +153,61 @@ def wrap_state_query(plugin: Any) -> None:
     plugin.query_job_status = query_job_status
 
 
+def cancel_cause(sacct_line: str) -> str | None:
+    """Who or what cancelled a job, from sacct's "State|Reason" of it ("CANCELLED by 0|None"):
+    "cancelled by user root (uid 0)", with SLURM's reason where it gives one; None when the
+    line names no canceller and no reason (or is not a cancelled job's)."""
+    state, _, reason = sacct_line.strip().partition("|")
+    match = re.fullmatch(r"CANCELLED(?: by (\d+))?", state.strip())
+    if match is None:
+        return None
+    reason = "" if reason.strip() in ("", "None") else reason.strip()
+    if match[1] is None:
+        return f"cancelled (SLURM reason: {reason})" if reason else None
+    uid = int(match[1])
+    try:
+        who = f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:  # a uid of the cluster that this host does not know
+        who = f"uid {uid}"
+    return f"cancelled by {who}" + (f" (SLURM reason: {reason})" if reason else "")
+
+
+def _sacct_cancel_cause(job_id: str) -> str | None:
+    """`cancel_cause` of a job as sacct sees it; None where sacct does not answer."""
+    try:
+        out = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "--format=State,Reason"],
+                             capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.splitlines()
+    return cancel_cause(lines[0]) if lines else None
+
+
+CANCELLED_REPORT = "SLURM status is: 'CANCELLED'. "  # how the plugin (2.8.0) reports a cancel
+
+
+def wrap_cancel_report(executor_cls: Any, cause: Callable[[str], str | None]) -> None:
+    """Make the executor's report of a cancelled job say who or what cancelled it (once), in
+    place of the plugin's "Reason: Unknown" (or before the step reasons it found)."""
+    report = executor_cls.report_job_error
+    if getattr(report, "cancel_cause", False):
+        return
+
+    def report_job_error(self: Any, job_info: Any, msg: str | None = None, **kwargs: Any) -> Any:
+        job_id = getattr(job_info, "external_jobid", None)
+        if msg and CANCELLED_REPORT in msg and job_id:
+            said = cause(str(job_id))
+            if said and "Reason: Unknown." in msg:
+                msg = msg.replace("Reason: Unknown.", f"Reason: {said}.")
+            elif said:
+                msg = msg.replace(CANCELLED_REPORT, f"{CANCELLED_REPORT}{said[0].upper()}"
+                                  f"{said[1:]}. ", 1)
+        return report(self, job_info, msg, **kwargs)
+
+    report_job_error.cancel_cause = True
+    executor_cls.report_job_error = report_job_error
+
+
 SBATCH_REFUSED = "SLURM sbatch failed"  # how the plugin (2.8.0) begins that job error
 
 
@@ -198,12 +258,14 @@ def _say(line: str) -> None:
 
 def check_executor(workflow: Any) -> None:
     """The Snakefile's onstart under `--executor slurm`: fix or refuse the status command
-    (ValueError, one line), let cancelled jobs be seen, then watch this run's pending jobs."""
+    (ValueError, one line), let cancelled jobs be seen and say who cancelled them, then watch
+    this run's pending jobs."""
     import snakemake_executor_plugin_slurm as plugin
     from snakemake_executor_plugin_slurm.job_status_query import get_min_job_age
 
     wrap_state_query(plugin)
     wrap_sbatch_refusal(plugin.Executor, _say)
+    wrap_cancel_report(plugin.Executor, _sacct_cancel_cause)
 
     settings = workflow.executor_settings
     command, line = status_command(settings.status_command, sacct_failure(), get_min_job_age(),
