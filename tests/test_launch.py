@@ -133,6 +133,14 @@ def test_evaluation_gets_its_gpus_and_the_planners_walltime(paper_32b_dry_run):
     assert int(res["runtime"]) == -(-tokens * 1.2 // (2000 * 60)), res
 
 
+def test_the_profiles_dry_run_leaves_no_unawaited_coroutine(paper_32b_dry_run):
+    """Snakemake's default disk_mb (input.size_mb, evaluated while the DAG is built for the
+    train params that read `resources`) warns "coroutine ... was never awaited" into every job
+    log unless the profile sets disk_mb (docs/slurm.md)."""
+    assert "was never awaited" not in paper_32b_dry_run, paper_32b_dry_run[:3000]
+    assert "disk_mb=1000" in paper_32b_dry_run.split("rule train:")[1]
+
+
 FAKES = {
     # srun: start one task per --ntasks, as SLURM would on that many nodes (one task per node)
     "srun": """#!/usr/bin/env bash
