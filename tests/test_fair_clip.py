@@ -1,6 +1,6 @@
-"""Study 3's fair GSPO clip (repro.reporting.fair_clip): the rule against made-up pilot logs, its
-numbers against the pre-registration's text, and the study preset's `gspo_fair` clips against
-the rule applied to the committed pilot aggregate."""
+"""Studies 3 and 4's fair GSPO clip (repro.reporting.fair_clip): the rule against made-up pilot
+logs, its numbers against each pre-registration's text, and study 3's preset's `gspo_fair` clips
+against the rule applied to the committed pilot aggregate."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from committed import committed
 from repro.objectives.gspo import GSPOConfig
 from repro.plan import load_config
 from repro.reporting.fair_clip import (
-    CANDIDATES,
     PAPER_MAX_SHARE,
+    RULES,
     TARGET_SHARE,
     eps_text,
     fair_clips,
@@ -27,6 +27,8 @@ from repro.reporting.fair_clip import (
 ROOT = Path(__file__).resolve().parents[1]
 PILOT = ROOT / "config" / "presets" / "offpolicy-pilot.yaml"
 STUDY = ROOT / "config" / "presets" / "offpolicy-study.yaml"
+PILOT4 = ROOT / "config" / "presets" / "offpolicy4-pilot.yaml"
+CANDIDATES = RULES["offpolicy-pilot"].candidates
 
 
 @pytest.fixture(scope="module")
@@ -34,10 +36,10 @@ def pilot() -> dict:
     return load_config(ROOT / "config" / "config.yaml", [PILOT])
 
 
-def write_curves(folder: Path, shares: dict[str, list[float]]) -> Path:
-    """A train_curves.parquet with one unit per label and its per-step clip_frac."""
-    rows = [(label, "tiny-preamble-0", 7, value) for label, values in shares.items()
-            for value in values]
+def write_curves(folder: Path, shares: dict[str, list[float]], units: int = 1) -> Path:
+    """A train_curves.parquet with `units` units per label, each with the per-step clip_frac."""
+    rows = [(label, f"tiny-preamble-{u}", 7, value) for label, values in shares.items()
+            for u in range(units) for value in values]
     folder.mkdir(parents=True, exist_ok=True)
     columns = ["run_algo", "run_model", "run_seed", "clip_frac"]
     table = pa.table({name: [row[i] for row in rows] for i, name in enumerate(columns)})
@@ -86,19 +88,38 @@ def test_a_missing_pilot_run_or_another_candidate_set_is_refused(pilot, tmp_path
     other = {**pilot, "algorithms": {**pilot["algorithms"], "gspo_e7e-3-bf16": {
         "algorithm": "gspo", "objective": {"eps_low": 5e-3, "eps_high": 5e-3}}}}
     full = pilot_shares(pilot, 0.5, dict.fromkeys(CANDIDATES, 0.1))
-    with pytest.raises(ValueError, match=r"'bf16'.*pre-registration"):
+    with pytest.raises(ValueError, match=r"'bf16'.*preregistration-3.md's are"):
         fair_clips(other, write_curves(tmp_path / "b", full))
 
 
-def test_the_rules_numbers_are_the_pre_registrations():
-    text = (ROOT / "docs" / "preregistration-3.md").read_text()
+@pytest.mark.parametrize("experiment", sorted(RULES))
+def test_the_rules_numbers_are_the_pre_registrations(experiment):
+    registered = RULES[experiment]
+    text = (ROOT / registered.prereg).read_text()
     rule = re.search(r"\*\*Fair GSPO\*\*:(.*?)\n- \*\*", text, re.S).group(1)
     rule = " ".join(rule.split())
     paper = GSPOConfig()
     assert f"({eps_text(paper.eps_low)} / {eps_text(paper.eps_high)})" in rule
     assert f"at most {PAPER_MAX_SHARE:.0%} of tokens" in rule
-    assert "{" + ", ".join(map(eps_text, CANDIDATES)) + "}" in rule
+    assert "{" + ", ".join(map(eps_text, registered.candidates)) + "}" in rule
     assert f"nearest {TARGET_SHARE:.0%}" in rule
+    assert ("over both pilot starts" in rule) == (registered.units == 2)
+
+
+def test_study_4s_rule_reads_both_pilot_starts(tmp_path):
+    """Study 4's pilot: two starts per label, the share their mean over all steps; a label
+    with one start is refused, and study 3's grid is not study 4's."""
+    pilot4 = load_config(ROOT / "config" / "config.yaml", [PILOT4])
+    grid = RULES["offpolicy4-pilot"].candidates
+    shares = dict(zip(grid, (0.40, 0.30, 0.22, 0.17, 0.12, 0.08, 0.03, 0.01), strict=True))
+    curves = pilot_shares(pilot4, 0.35, shares)
+    clips = fair_clips(pilot4, write_curves(tmp_path / "a", curves, units=2))
+    assert [(c.source, c.eps_low, c.eps_high) for c in clips] == [("reuse", 1.5e-3, 1.5e-3)]
+    assert "| 1.5e-3 |" in markdown(clips) and "eps 1.5e-3 clips 17.0%" in clips[0].rule
+    with pytest.raises(ValueError, match=r"2 unit\(s\) per label"):
+        fair_clips(pilot4, write_curves(tmp_path / "b", curves, units=1))
+    with pytest.raises(ValueError, match="no registered fair-clip rule"):
+        fair_clips(pilot4 | {"experiment": "offpolicy5-pilot"}, tmp_path / "a")
 
 
 def test_the_study_presets_fair_gspo_is_the_rule_on_the_committed_pilot(pilot):

@@ -193,14 +193,14 @@ def expectations_cmd(
 
 
 def fair_clip_cmd(
-    pilot: Annotated[Path, typer.Option(help="Study 3's pilot preset.", exists=True,
+    pilot: Annotated[Path, typer.Option(help="The pilot preset (study 3's or 4's).", exists=True,
                                         dir_okay=False)] = Path(
         "config/presets/offpolicy-pilot.yaml"),
     aggregate: Annotated[Path, typer.Option(help="The pilot's aggregate folder.")] = Path(
         "results/offpolicy-pilot/aggregate"),
 ) -> None:
-    """Study 3's pre-registered rule on its pilot: per source, the clip shares of GSPO's paper
-    clip and candidates, and the clip `gspo_fair` gets (docs/preregistration-3.md)."""
+    """A study's pre-registered rule on its pilot: per source, the clip shares of GSPO's paper
+    clip and candidates, and the clip `gspo_fair` gets (docs/preregistration-3.md, -4.md)."""
     from repro.plan import load_config
     from repro.reporting.fair_clip import fair_clips, markdown
 

@@ -1,11 +1,13 @@
-"""Study 3's fair GSPO clip: the one thing its pilot sets (docs/preregistration-3.md, "Fair GSPO").
+"""The fair GSPO clip of studies 3 and 4: the one thing each pilot sets
+(docs/preregistration-3.md and docs/preregistration-4.md, "Fair GSPO").
 
 Per off-policy source: GSPO's paper clip if the pilot's GSPO clipped at most 20% of tokens under
 it, else the candidate symmetric eps whose pilot clip share is nearest 15% (the share GSPO's
-authors report). A clip share is the mean over the pilot run's steps of its train log's
-`clip_frac`. The pilot's labels are ARM-SOURCE; a GSPO label's clip is read from the pilot
-preset's objective block (the paper clip is GSPOConfig's default), never from its name.
-The rule's numbers are the pre-registration's; tests/test_fair_clip.py holds them to its text.
+authors report). A clip share is the mean of the train logs' `clip_frac` over the pilot's units
+of that label and all their steps (study 3: one unit per label; study 4: two starts). The pilot's
+labels are ARM-SOURCE; a GSPO label's clip is read from the pilot preset's objective block (the
+paper clip is GSPOConfig's default), never from its name. Each pilot's rule is `RULES[its
+experiment]`; tests/test_fair_clip.py holds the numbers to each pre-registration's text.
 """
 
 from __future__ import annotations
@@ -20,13 +22,38 @@ from repro.objectives.gspo import GSPOConfig
 
 PAPER_MAX_SHARE = 0.20  # the paper clip is kept when it clips at most this share
 TARGET_SHARE = 0.15  # else: the candidate whose share is nearest this one
-CANDIDATES = (1e-3, 3e-3, 7e-3, 1e-2, 2e-2)  # symmetric eps_low = eps_high
 PAPER_CLIP = (GSPOConfig().eps_low, GSPOConfig().eps_high)  # GSPO's defaults: the paper's clip
 
 
+@dataclass(frozen=True)
+class ClipRule:
+    """A pilot's registered grid of symmetric eps (eps_low = eps_high) and its units per label."""
+
+    prereg: str  # the pre-registration that fixes it
+    candidates: tuple[float, ...]
+    units: int  # pilot units (start x RL seed) per label
+
+
+RULES = {
+    "offpolicy-pilot": ClipRule("docs/preregistration-3.md", (1e-3, 3e-3, 7e-3, 1e-2, 2e-2), 1),
+    "offpolicy4-pilot": ClipRule("docs/preregistration-4.md",
+                                 (5e-4, 7e-4, 1e-3, 1.5e-3, 2e-3, 3e-3, 5e-3, 1e-2), 2),
+}
+
+
+def rule_of(config: dict[str, Any]) -> ClipRule:
+    """The registered rule of pilot preset `config`; an unregistered pilot is refused."""
+    name = config.get("experiment")
+    if name not in RULES:
+        raise ValueError(f"config experiment {name!r} has no registered fair-clip rule; known "
+                         f"pilots: {sorted(RULES)}")
+    return RULES[name]
+
+
 def eps_text(eps: float) -> str:
-    """3e-4, not 0.0003: the pre-registration's notation."""
-    return f"{eps:.0e}".replace("e-0", "e-")
+    """3e-4 and 1.5e-3, not 0.0003: the pre-registrations' notation."""
+    mantissa, exponent = f"{eps:.1e}".split("e")
+    return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
 
 
 @dataclass(frozen=True)
@@ -62,22 +89,25 @@ def gspo_clips(config: dict[str, Any]) -> dict[str, tuple[str, float, float]]:
     return out
 
 
-def clip_shares(aggregate: Path) -> dict[str, float]:
-    """label -> mean `clip_frac` over the steps of its one pilot run (train_curves.parquet)."""
+def clip_shares(aggregate: Path, units: int) -> dict[str, float]:
+    """label -> mean `clip_frac` over its pilot units and all their steps
+    (train_curves.parquet); a label with another number of units than `units` is refused."""
     curves = pq.read_table(Path(aggregate) / "train_curves.parquet",
                            columns=["run_algo", "run_model", "run_seed", "clip_frac"]).to_pandas()
-    units = curves.groupby("run_algo")[["run_model", "run_seed"]].nunique()
-    if (units > 1).any(axis=None):
-        raise ValueError(f"{aggregate}: the pilot has one unit per label; found more: "
-                         f"{units[(units > 1).any(axis=1)].index.tolist()}")
+    found = curves.groupby("run_algo")[["run_model", "run_seed"]].value_counts().groupby(
+        "run_algo").size()
+    if (found != units).any():
+        raise ValueError(f"{aggregate}: the pilot has {units} unit(s) per label; found "
+                         f"{found[found != units].to_dict()}")
     return curves.groupby("run_algo")["clip_frac"].mean().to_dict()
 
 
 def fair_clips(config: dict[str, Any], aggregate: Path) -> list[SourceClip]:
     """The rule applied to the pilot preset `config` (resolved) and its aggregate, per source in
     the preset's order. Refuses a pilot whose clips are not the pre-registered ones."""
-    shares = clip_shares(aggregate)
-    want = {PAPER_CLIP} | {(e, e) for e in CANDIDATES}
+    rule = rule_of(config)
+    shares = clip_shares(aggregate, rule.units)
+    want = {PAPER_CLIP} | {(e, e) for e in rule.candidates}
     by_source: dict[str, dict[tuple[float, float], float]] = {}
     for label, (source, low, high) in gspo_clips(config).items():
         if label not in shares:
@@ -86,14 +116,14 @@ def fair_clips(config: dict[str, Any], aggregate: Path) -> list[SourceClip]:
     result = []
     for source, found in by_source.items():
         if set(found) != want:
-            raise ValueError(f"pilot source {source!r}: GSPO clips {sorted(found)}, the "
-                             f"pre-registration's are {sorted(want)}")
+            raise ValueError(f"pilot source {source!r}: GSPO clips {sorted(found)}, "
+                             f"{rule.prereg}'s are {sorted(want)}")
         paper_share = found[PAPER_CLIP]
-        candidates = {e: found[(e, e)] for e in CANDIDATES}
+        candidates = {e: found[(e, e)] for e in rule.candidates}
         if paper_share <= PAPER_MAX_SHARE:
             low, high = PAPER_CLIP
         else:  # nearest the target; a tie (to 1e-9) goes to the smaller eps, the tighter clip
-            low = high = min(CANDIDATES,
+            low = high = min(rule.candidates,
                              key=lambda e: (round(abs(candidates[e] - TARGET_SHARE), 9), e))
         result.append(SourceClip(source, paper_share, candidates, low, high))
     return result
@@ -101,12 +131,13 @@ def fair_clips(config: dict[str, Any], aggregate: Path) -> list[SourceClip]:
 
 def markdown(clips: list[SourceClip]) -> str:
     """The pilot's clip shares and the chosen clip per source, as reported beside the verdicts."""
+    grid = list(clips[0].shares) if clips else []
     head = ["source", f"paper clip ({' / '.join(map(eps_text, PAPER_CLIP))})",
-            *(f"eps {eps_text(e)}" for e in CANDIDATES), "gspo_fair clip"]
+            *(f"eps {eps_text(e)}" for e in grid), "gspo_fair clip"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in clips:
         chosen = "paper" if (c.eps_low, c.eps_high) == PAPER_CLIP else eps_text(c.eps_low)
-        cells = [c.source, f"{c.paper_share:.1%}", *(f"{c.shares[e]:.1%}" for e in CANDIDATES),
+        cells = [c.source, f"{c.paper_share:.1%}", *(f"{c.shares[e]:.1%}" for e in grid),
                  chosen]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
