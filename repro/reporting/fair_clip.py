@@ -3,8 +3,8 @@
 Per off-policy source: GSPO's paper clip if the pilot's GSPO clipped at most 20% of tokens under
 it, else the candidate symmetric eps whose pilot clip share is nearest 15% (the share GSPO's
 authors report). A clip share is the mean over the pilot run's steps of its train log's
-`clip_frac`. The pilot's labels are ARM-SOURCE; a GSPO label's clip is read from the pilot
-preset's objective block (the paper clip is GSPOConfig's default), never from its name.
+`clip_frac`. A GSPO label's source and clip are read from the pilot preset's catalogue entry
+(`source`, `objective`; the paper clip is GSPOConfig's default), never from its name.
 The rule's numbers are the pre-registration's; tests/test_fair_clip.py holds them to its text.
 """
 
@@ -56,7 +56,9 @@ def gspo_clips(config: dict[str, Any]) -> dict[str, tuple[str, float, float]]:
         if entry["algorithm"] != "gspo":
             continue
         objective = entry.get("objective", {})
-        source = label.rpartition("-")[2]
+        if "source" not in entry:
+            raise ValueError(f"pilot label {label!r}: algorithms.{label}.source is not set")
+        source = entry["source"]
         out[label] = (source, objective.get("eps_low", PAPER_CLIP[0]),
                       objective.get("eps_high", PAPER_CLIP[1]))
     return out
