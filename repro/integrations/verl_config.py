@@ -10,33 +10,45 @@ compute.
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from repro.objectives import AGG_MODES, LossConfig, get_algorithm, make_config
 
 PLUGIN = "repro.integrations.verl"
 ACTOR = "actor_rollout_ref.actor"
 LOSS_MODE_KEY = f"{ACTOR}.policy_loss.loss_mode"
+# The run catalogue (the plugin is installed editable from a clone: docs/integrations.md)
+CATALOGUE = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
 
-# verl loss mode -> (the suite's algorithm, objective overrides): config/config.yaml's catalogue
-# entries of the same names (tests/test_verl_plugin.py holds them equal).
-MODES: dict[str, tuple[str, dict[str, Any]]] = {
-    "grpo": ("grpo", {}),
-    "gspo": ("gspo", {}),
-    "grpo_fix": ("grpo_fix", {}),
-    "dfpo_min": ("dfpo", {"transform": "min_replace"}),
-    "dfpo_orth": ("dfpo", {"transform": "orth_proj"}),
-    "dfpo_min_prod": ("dfpo", {"transform": "min_replace", "sequence_ratio": "product"}),
-    "dfpo_orth_prod": ("dfpo", {"transform": "orth_proj", "sequence_ratio": "product"}),
-}
 # The verl mode that computes the same objective (parity-tested). grpo and gspo are verl's own
 # `vanilla` (less its dual clip) and `gspo`, so they are not registered again; grpo_fix is, as
 # the paper's name for `cispo` with one symmetric bound.
 VERL_EQUIVALENT = {"grpo": "vanilla", "gspo": "gspo", "grpo_fix": "cispo"}
 REGISTERED = ("grpo_fix", "dfpo_min", "dfpo_orth", "dfpo_min_prod", "dfpo_orth_prod")
-# verl's clip bounds -> the fields of the objectives that clip (DFPO is clip-free)
-CLIP_FIELDS = {"grpo": ("eps_low", "eps_high"), "gspo": ("eps_low", "eps_high"),
-               "grpo_fix": ("eps",)}
+
+
+def _modes() -> dict[str, tuple[str, dict[str, Any]]]:
+    """verl loss mode -> (the suite's algorithm, objective overrides), read from the catalogue
+    entry of the same name, so a mode is the objective runs of that label train."""
+    catalogue = yaml.safe_load(CATALOGUE.read_text())["algorithms"]
+    return {mode: (catalogue[mode]["algorithm"], dict(catalogue[mode].get("objective", {})))
+            for mode in dict.fromkeys((*VERL_EQUIVALENT, *REGISTERED))}
+
+
+MODES = _modes()
+
+
+def clip_fields(algorithm: str) -> tuple[str, ...]:
+    """The objective's fields that verl's clip bounds set, (low, high) or (symmetric,), from
+    their `clip` metadata (repro.objectives.base.LossConfig); () for a clip-free one (DFPO)."""
+    marked = {f.metadata["clip"]: f.name
+              for f in dataclasses.fields(get_algorithm(algorithm).config_cls)
+              if "clip" in f.metadata}
+    return tuple(marked[k] for k in ("both", "low", "high") if k in marked)
 
 
 class PluginConfigError(ValueError):
@@ -76,7 +88,7 @@ def objective_config(mode: str, actor: Any, loss_agg_mode: str) -> LossConfig:
     fields = {**overrides, "loss_agg_mode": loss_agg_mode,
               "loss_norm_length": actor.get("loss_scale_factor")}
     low, high = clip_range(actor)
-    names = CLIP_FIELDS.get(algorithm, ())
+    names = clip_fields(algorithm)
     if len(names) == 1 and low != high:
         raise PluginConfigError(
             f"{ACTOR}.clip_ratio_low={low} != clip_ratio_high={high}: loss_mode={mode} clips "
