@@ -11,18 +11,14 @@ compute.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
-import yaml
-
+from repro.catalogue import objective_of
 from repro.objectives import AGG_MODES, LossConfig, get_algorithm, make_config
 
 PLUGIN = "repro.integrations.verl"
 ACTOR = "actor_rollout_ref.actor"
 LOSS_MODE_KEY = f"{ACTOR}.policy_loss.loss_mode"
-# The run catalogue (the plugin is installed editable from a clone: docs/integrations.md)
-CATALOGUE = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
 
 # The verl mode that computes the same objective (parity-tested). grpo and gspo are verl's own
 # `vanilla` (less its dual clip) and `gspo`, so they are not registered again; grpo_fix is, as
@@ -31,15 +27,10 @@ VERL_EQUIVALENT = {"grpo": "vanilla", "gspo": "gspo", "grpo_fix": "cispo"}
 REGISTERED = ("grpo_fix", "dfpo_min", "dfpo_orth", "dfpo_min_prod", "dfpo_orth_prod")
 
 
-def _modes() -> dict[str, tuple[str, dict[str, Any]]]:
-    """verl loss mode -> (the suite's algorithm, objective overrides), read from the catalogue
-    entry of the same name, so a mode is the objective runs of that label train."""
-    catalogue = yaml.safe_load(CATALOGUE.read_text())["algorithms"]
-    return {mode: (catalogue[mode]["algorithm"], dict(catalogue[mode].get("objective", {})))
-            for mode in dict.fromkeys((*VERL_EQUIVALENT, *REGISTERED))}
-
-
-MODES = _modes()
+# verl loss mode -> (the suite's algorithm, objective overrides): the run catalogue's entry of
+# the same name (repro.catalogue), so a mode is the objective that label's runs train.
+MODES: dict[str, tuple[str, dict[str, Any]]] = {
+    mode: objective_of(mode) for mode in dict.fromkeys((*VERL_EQUIVALENT, *REGISTERED))}
 
 
 def clip_fields(algorithm: str) -> tuple[str, ...]:
