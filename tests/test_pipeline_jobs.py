@@ -132,6 +132,16 @@ def test_a_named_source_is_its_registered_knobs(name):
     assert {k: configs[0][0][k] for k in knobs} == knobs
 
 
+def test_the_planner_sizes_the_knobs_of_each_named_source():
+    """`repro plan` sizes a label's own K from its source's knobs, as its runs get them."""
+    from repro.plan import source_overrides
+
+    config = resolved("offpolicy-study.yaml")
+    found = {tuple(sorted(block.items())) for block in source_overrides(config)}
+    assert found == {tuple(sorted(get_source(name).knobs.items()))
+                     for name in ("reuse", "stale", "bf16")}
+
+
 def test_a_labels_source_reaches_its_runs_alone():
     """`algorithms.LABEL.train` (an off-policy source) changes that label's runs and nothing
     else: every other field of its config equals the plain label's."""
