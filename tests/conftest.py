@@ -27,6 +27,17 @@ def lock(tmp_path_factory) -> str:
     return str(path)
 
 
+@pytest.fixture
+def hashed(monkeypatch) -> None:
+    """Rewards from a hash of each response (train_helpers.hashed_rewards) instead of grading:
+    a short run of an untrained policy gets groups with reward spread, so its losses act."""
+    from train_helpers import hashed_rewards
+
+    from repro.training import rollout
+
+    monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The end-to-end (`slow`) tests first, each group in its collected order: under pytest-xdist
     (pyproject's `-n auto --dist worksteal`) the workers then start on the long tests and share

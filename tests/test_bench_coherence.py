@@ -7,12 +7,10 @@ import math
 
 import pytest
 import torch
-from train_helpers import hashed_rewards
 
 from repro.bench.coherence import batch_gradients, coherence
 from repro.bench.options import CoherenceConfig
 from repro.models import TinyModelConfig, build_tiny
-from repro.training import rollout
 
 
 def test_coherence_of_known_gradients():
@@ -34,8 +32,7 @@ def test_coherence_of_known_gradients():
         coherence(torch.zeros(2, 3))
 
 
-def test_batch_gradients_run_the_trainers_path(tmp_path, monkeypatch):
-    monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
+def test_batch_gradients_run_the_trainers_path(tmp_path, hashed):
     model, tok = build_tiny(TinyModelConfig(hidden_size=32, head_dim=8, intermediate_size=64))
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)

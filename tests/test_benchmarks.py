@@ -100,6 +100,7 @@ def test_unknown_benchmark_lists_known_names():
         ("livecodebench", {"end_date": "2025-01-01"}, "end_date"),
         ("synth-aime", {"twin": "livecodebench"}, "twin"),
         ("synth-aime", {"generator": "repro.tasks.synth_aime.rows"}, "generator"),
+        ("synth-aime", {"lm_eval": "yes"}, "lm_eval"),
     ],
 )
 def test_bad_yaml_names_file_and_key(tmp_path, base, change, key):

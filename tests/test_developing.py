@@ -1,8 +1,9 @@
-"""docs/developing.md says what is true: its recipes (an algorithm, a DFPO transform, a
-benchmark, a preset) applied to a throwaway copy of the project give a registered loss that
-computes, a transform that cancels as it claims, a benchmark that loads, and a preset whose
-dry run plans those runs and evaluations; its preset list is the presets folder; its engine
-recipe names the one list of engine names."""
+"""docs/developing.md says what is true: its recipes (an algorithm, a DFPO transform, an
+off-policy source, a benchmark, an engine, a preset), each one file or one entry in one file,
+applied to a throwaway copy of the project give a registered loss that computes, a transform
+that cancels as it claims, a one-step run of the new algorithm under the new source on the new
+engine and benchmark, and a preset whose dry run plans those runs and evaluations; its preset
+list is the presets folder; its engine recipe names the one list of engine names."""
 
 from __future__ import annotations
 
@@ -20,21 +21,33 @@ PAGE = ROOT / "docs" / "developing.md"
 WORKFLOW = ["Snakefile", "rules", "config", "profiles", "envs", "scripts", "repro",
             "pyproject.toml"]
 WHERE = re.compile(r"# (\S+?)(?:, (under|above) (.+))?$")
+# What each recipe touches: one file (new, or one entry in it); an engine is its module and
+# its line in the one list of engines.
+TOUCHES = {
+    "An algorithm": {"repro/objectives/vanilla_pg.py"},
+    "A DFPO transform": {"repro/objectives/transforms.py"},
+    "An off-policy source": {"repro/training/sources.py"},
+    "A benchmark": {"repro/benchmarks/specs/synth-aime-7.yaml"},
+    "A training engine": {"repro/engines/native_copy.py", "repro/training/trainers.py"},
+    "A preset": {"config/presets/my-study.yaml"},
+}
 
 
 def extending() -> str:
     return PAGE.read_text().split("\n## Extending\n", 1)[1]
 
 
-def recipes() -> list[tuple[str, str | None, str | None, str]]:
-    """(path, "under"/"above"/None, anchor, text) of every code block of "Extending", its first
-    line naming where it goes."""
-    out = []
-    for block in re.findall(r"```(?:python|yaml)\n(.*?)```", extending(), re.S):
-        first, _, body = block.partition("\n")
-        m = WHERE.fullmatch(first)
-        assert m, f"a recipe block must start with '# PATH[, under|above ...]': {first!r}"
-        out.append((m.group(1), m.group(2), m.group(3), body))
+def recipes() -> dict[str, list[tuple[str, str | None, str | None, str]]]:
+    """Per "Extending" section, (path, "under"/"above"/None, anchor, text) of each code block,
+    its first line naming where it goes."""
+    out: dict[str, list[tuple[str, str | None, str | None, str]]] = {}
+    for section in extending().split("\n### ")[1:]:
+        title, _, text = section.partition("\n")
+        for block in re.findall(r"```(?:python|yaml)\n(.*?)```", text, re.S):
+            first, _, body = block.partition("\n")
+            m = WHERE.fullmatch(first)
+            assert m, f"a recipe block must start with '# PATH[, under|above ...]': {first!r}"
+            out.setdefault(title, []).append((m.group(1), m.group(2), m.group(3), body))
     return out
 
 
@@ -83,6 +96,27 @@ for i in (0, 1):
 assert get_benchmark("synth-aime-7").n == 30
 print("recipes ok")
 """
+# One rollout step of the new algorithm under the new source, on the new engine, trained on the
+# new benchmark's prompts (argv[1]: a tiny policy; argv[2]: the run folder).
+SMOKE = """
+import sys
+from pathlib import Path
+from repro.engines.registry import train
+from repro.results import TRAIN_LOG, read_table
+from repro.training.config import TrainConfig
+from repro.training.sources import label_knobs
+
+knobs = label_knobs({"source": "reuse_k2"})
+cfg = TrainConfig(model=sys.argv[1], algorithm="vanilla_pg", engine="native_copy",
+                  tasks={"synth-aime-7": 1.0}, steps=1, prompts_per_step=2, group_size=2,
+                  max_new_tokens=8, probe_n=2, checkpoint_every=0, checkpoint_fractions=[1.0],
+                  **knobs)
+assert (cfg.minibatches, cfg.epochs) == (2, 4), knobs
+train(cfg, Path(sys.argv[2]))
+rows = read_table(Path(sys.argv[2]) / "train_log.parquet", TRAIN_LOG).to_pylist()
+assert [r["step"] for r in rows] == [1], rows
+print("smoke ok")
+"""
 
 
 def test_the_recipes_work_in_a_throwaway_copy(tmp_path, lock):
@@ -96,11 +130,10 @@ def test_the_recipes_work_in_a_throwaway_copy(tmp_path, lock):
         else:
             shutil.copy2(src, copy / name)
     found = recipes()
-    assert {p for p, *_ in found} >= {"repro/objectives/vanilla_pg.py", "config/config.yaml",
-                                      "repro/objectives/transforms.py",
-                                      "config/presets/my-study.yaml"}, found
-    for recipe in found:
-        apply(copy, *recipe)
+    assert {title: {path for path, *_ in blocks} for title, blocks in found.items()} == TOUCHES
+    for blocks in found.values():
+        for recipe in blocks:
+            apply(copy, *recipe)
     env = os.environ | {"PYTHONPATH": str(copy), "OMP_NUM_THREADS": "1"}
 
     def run(*args: str) -> str:
@@ -110,9 +143,15 @@ def test_the_recipes_work_in_a_throwaway_copy(tmp_path, lock):
         return done.stdout
 
     assert "recipes ok" in run("-c", CHECK)
+    from repro.models import TinyModelConfig, build_tiny
+
+    model, tok = build_tiny(TinyModelConfig(hidden_size=32, head_dim=8, intermediate_size=64))
+    model.save_pretrained(tmp_path / "tiny")
+    tok.save_pretrained(tmp_path / "tiny")
+    assert "smoke ok" in run("-c", SMOKE, str(tmp_path / "tiny"), str(tmp_path / "run"))
     plan = run("-m", "snakemake", "-n", "-F", "-p", "--nolock", "--cores", "1", "--config",
                f"data_lock={lock}", "--configfile", "config/presets/my-study.yaml")
-    for name in ("vanilla_pg", "dfpo_max"):
+    for name in ("vanilla_pg", "dfpo_max", "gspo-reuse_k2"):
         assert f"results/my-study/runs/algo={name}/" in plan, name
     assert "synth-aime-7" in plan
 
@@ -127,8 +166,8 @@ def test_the_preset_list_is_every_preset():
 def test_the_engine_recipe_names_the_one_list_of_engines():
     schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
     engine = schema["properties"]["train"]["properties"]["engine"]
-    assert "enum" not in engine  # the names live in repro.training.config.ENGINES alone
-    recipe = extending().split("### A training engine", 1)[1]
-    assert "`ENGINES` in `repro/training/config.py`" in " ".join(recipe.split())
+    assert "enum" not in engine  # the names live in repro.training.trainers.TRAINERS alone
+    recipe = extending().split("### A training engine", 1)[1].split("\n### ", 1)[0]
+    assert "`TRAINERS` of `repro/training/trainers.py`" in " ".join(recipe.split())
     assert "enum" not in recipe.replace("has no enum", "")
 

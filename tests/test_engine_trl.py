@@ -5,6 +5,7 @@ short run's outputs (native log schema, cancellation, exports, resume)."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 
@@ -13,6 +14,7 @@ import torch
 
 trl = pytest.importorskip("trl")
 
+import train_helpers  # noqa: E402
 from train_helpers import hashed_rewards, sharpened_tiny_policy  # noqa: E402
 
 from repro.engines.registry import train  # noqa: E402
@@ -28,7 +30,6 @@ from repro.objectives import (  # noqa: E402
     policy_loss,
 )
 from repro.results import TRAIN_LOG, read_table  # noqa: E402
-from repro.training import rollout  # noqa: E402
 from repro.training.config import TrainConfig  # noqa: E402
 from repro.training.export import export_run  # noqa: E402
 from repro.training.logprobs import response_logprobs  # noqa: E402
@@ -43,7 +44,7 @@ ALGORITHMS = [(name, {}) for name in algorithm_names()] + [
     ("dfpo", {"transform": "group_mean", "sequence_ratio": "product"})]
 
 
-def hashed(prompts, completions, **_):
+def hash_reward(prompts, completions, **_):
     return hashed_rewards(None, [(None, c) for c in completions])
 
 
@@ -65,7 +66,8 @@ def make_trainer(tmp_path, algorithm="dfpo", objective=None, temperature=1.0, se
     prompts = [row["prompt"] for row in generation_batch(tok)[::G]]
     args = build_grpo_config(cfg, out=tmp_path, world_size=1, steps=1, half_precision=False,
                              use_cpu=True)
-    trainer = ReproGRPOTrainer(model=model, processing_class=tok, args=args, reward_funcs=[hashed],
+    trainer = ReproGRPOTrainer(model=model, processing_class=tok, args=args,
+                               reward_funcs=[hash_reward],
                                train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
                                repro=cfg)
     trainer.model.train()
@@ -119,7 +121,7 @@ def reference_loss(trainer, tok, part, logp):
     texts = tok.batch_decode(part["completion_ids"].masked_fill(~mask, tok.pad_token_id),
                              skip_special_tokens=True)
     group = prompt_groups(part)
-    adv, _ = group_advantages(torch.tensor(hashed(None, texts)), group, AdvantageConfig())
+    adv, _ = group_advantages(torch.tensor(hash_reward(None, texts)), group, AdvantageConfig())
     old = part.get("old_per_token_logps")
     logp_old = logp.detach() if old is None else old
     return policy_loss(trainer.loss_cfg, Minibatch(logp, logp_old, mask, adv, group))[0]
@@ -320,19 +322,12 @@ def tiny_policy(tmp_path_factory):
     return sharpened_tiny_policy(tmp_path_factory.mktemp("policy") / "tiny")
 
 
-def small(model, **kw) -> dict:
-    return {"model": str(model), "steps": 3, "prompts_per_step": P, "group_size": G,
-            "minibatches": K, "max_new_tokens": 12, "probe_n": 2, "checkpoint_every": 0,
-            "checkpoint_fractions": [0.5, 1.0], "lr": 1e-3, "engine": "trl"} | kw
-
-
-@pytest.fixture
-def graded_by_hash(monkeypatch):
-    monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
+small = functools.partial(train_helpers.small, steps=3, prompts_per_step=P, group_size=G,
+                          minibatches=K, checkpoint_fractions=[0.5, 1.0], engine="trl")
 
 
 @pytest.mark.slow
-def test_run_log_cancellation_exports_and_resume(tiny_policy, tmp_path, graded_by_hash):
+def test_run_log_cancellation_exports_and_resume(tiny_policy, tmp_path, hashed):
     logs = {}
     for name, kw in [("dfpo", {}), ("gspo", {"objective": {"eps_low": 0.2, "eps_high": 0.2}})]:
         train(TrainConfig(**small(tiny_policy, algorithm=name, steps=4, **kw)), tmp_path / name)

@@ -154,17 +154,15 @@ def test_two_processes_report_the_whole_update(tmp_path):
 
 
 @pytest.mark.slow
-def test_run_log_under_accumulation_equals_accumulation_1(tmp_path, monkeypatch):
+def test_run_log_under_accumulation_equals_accumulation_1(tmp_path, hashed):
     """`repro train engine=trl` end to end (TRL's loop, the run log's merge of micro-steps):
     with 4 micro-steps per update the logged diagnostics and losses equal the A = 1 run's."""
-    from train_helpers import hashed_rewards, sharpened_tiny_policy
+    from train_helpers import sharpened_tiny_policy
 
     from repro.engines.registry import train
     from repro.results import TRAIN_LOG, read_table
-    from repro.training import rollout
     from repro.training.config import TrainConfig
 
-    monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
     policy = sharpened_tiny_policy(tmp_path / "policy")
     logs = {}
     for accum in (1, ACCUM):

@@ -11,15 +11,22 @@ import torch
 
 pytest.importorskip("trl")
 
-from test_engine_trl import K, P, hashed, make_trainer, native_logprobs, prompt_groups, small
-from train_helpers import hashed_rewards, sharpened_tiny_policy
+from test_engine_trl import (
+    K,
+    P,
+    hash_reward,
+    make_trainer,
+    native_logprobs,
+    prompt_groups,
+    small,
+)
+from train_helpers import sharpened_tiny_policy
 
 from repro.engines.registry import train
 from repro.engines.trl_args import build_grpo_config
 from repro.engines.trl_trainer import ReproGRPOTrainer
 from repro.objectives import AdvantageConfig, Minibatch, group_advantages, policy_loss
 from repro.results import TRAIN_LOG, read_table
-from repro.training import rollout
 from repro.training.config import TrainConfig
 from repro.training.minibatches import minibatch_orders
 
@@ -33,7 +40,7 @@ def native_loss(trainer, tok, part, logp_old):
     texts = tok.batch_decode(part["completion_ids"].masked_fill(~mask, tok.pad_token_id),
                              skip_special_tokens=True)
     group = prompt_groups(part)
-    adv, _ = group_advantages(torch.tensor(hashed(None, texts)), group, AdvantageConfig())
+    adv, _ = group_advantages(torch.tensor(hash_reward(None, texts)), group, AdvantageConfig())
     logp = native_logprobs(trainer, part, 1.0)
     return policy_loss(trainer.loss_cfg, Minibatch(logp, logp_old, mask, adv, group))
 
@@ -83,10 +90,9 @@ def test_the_run_layout_maps_epochs_to_num_iterations(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_with_reuse_logs_one_row_per_rollout_step(tmp_path, monkeypatch):
+def test_a_run_with_reuse_logs_one_row_per_rollout_step(tmp_path, hashed):
     """`repro train engine=trl epochs=2`: one log row per rollout step (its 2 x K updates
     merged), pass 2 off-policy (w_dev > 0), the token counter over the rollouts only."""
-    monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
     policy = sharpened_tiny_policy(tmp_path / "tiny")
     train(TrainConfig(**small(policy, epochs=EPOCHS)), tmp_path / "run")
     rows = read_table(tmp_path / "run" / "train_log.parquet", TRAIN_LOG).to_pylist()

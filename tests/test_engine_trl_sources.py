@@ -16,12 +16,11 @@ pytest.importorskip("trl")
 
 from test_engine_trl import G, K, P, generation_batch, make_trainer, small, tiny_qwen3
 from test_engine_trl_reuse import native_loss
-from train_helpers import hashed_rewards, sharpened_tiny_policy
+from train_helpers import sharpened_tiny_policy
 
 from repro.engines.registry import train
 from repro.engines.trl_args import check_sources
 from repro.results import TRAIN_LOG, read_table
-from repro.training import rollout
 from repro.training.checkpoint import STATE_FILE, RunState
 from repro.training.config import TrainConfig
 from repro.training.logprobs import response_logprobs
@@ -138,11 +137,10 @@ def test_refused_with_vllm_and_on_several_processes(key, value):
 
 
 @pytest.mark.slow
-def test_a_stale_bf16_run_logs_off_policy_steps_and_checkpoints_the_lag(tmp_path, monkeypatch):
+def test_a_stale_bf16_run_logs_off_policy_steps_and_checkpoints_the_lag(tmp_path, hashed):
     """`repro train engine=trl staleness=2 sampler_dtype=bfloat16` at K = 1: w_dev > 0 from
     the first update (the bf16 sampler); the checkpoint carries the last 2 policies' weights
     (RunState.lagged), and a run resumed from it finishes the run."""
-    monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
     policy = sharpened_tiny_policy(tmp_path / "tiny")
     kw = small(policy, minibatches=1, staleness=2, sampler_dtype="bfloat16", steps=3,
                checkpoint_every=2)

@@ -5,16 +5,17 @@ and evaluation."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
 import torch
-from train_helpers import comparable, hashed_rewards, kill_and_resume
+import train_helpers
+from train_helpers import comparable, kill_and_resume
 
 from repro.engines.registry import train
 from repro.models import TinyModelConfig, build_tiny, load
 from repro.results import TRAIN_LOG, read_table
-from repro.training import rollout
 from repro.training.config import ENGINES, TrainConfig
 from repro.training.logprobs import response_logprobs_and_aux
 from repro.training.router import router_aux_coef
@@ -33,16 +34,7 @@ def policies(tmp_path_factory):
     return root
 
 
-@pytest.fixture
-def hashed(monkeypatch):
-    monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
-
-
-def small(model, **kw) -> dict:
-    base = {"model": str(model), "steps": 2, "prompts_per_step": 4, "group_size": 4,
-            "minibatches": 2, "max_new_tokens": 10, "probe_n": 2, "checkpoint_every": 0,
-            "checkpoint_fractions": [1.0], "lr": 1e-3}
-    return base | kw
+small = functools.partial(train_helpers.small, max_new_tokens=10)
 
 
 def rows_of(out):

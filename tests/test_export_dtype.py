@@ -17,12 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
-from train_helpers import hashed_rewards
 
 from repro.bench.twin import tiny_bf16_model
 from repro.engines.registry import train
 from repro.models import TinyModelConfig, build_tiny, load
-from repro.training import rollout
 from repro.training.config import TrainConfig
 from repro.training.export import copy_policy, export_run
 
@@ -41,9 +39,8 @@ TAGS = {torch.bfloat16: "BF16", torch.float32: "F32"}
 
 @pytest.mark.parametrize(("arch", "dtype"), [("qwen3", torch.bfloat16),
                                              ("qwen3_next", torch.float32)])
-def test_export_matches_save_pretrained_of_the_start(arch, dtype, tmp_path, monkeypatch):
+def test_export_matches_save_pretrained_of_the_start(arch, dtype, tmp_path, hashed):
     pytest.importorskip("trl")
-    monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
     kw = {"num_hidden_layers": 4} if arch == "qwen3_next" else {}
     model, tok = build_tiny(TinyModelConfig(architecture=arch, hidden_size=32, head_dim=8, **kw))
     start = tmp_path / "start"

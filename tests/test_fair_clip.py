@@ -86,10 +86,15 @@ def test_a_missing_pilot_run_or_another_candidate_set_is_refused(pilot, tmp_path
     with pytest.raises(ValueError, match="gspo_e7e-3-stale"):
         fair_clips(pilot, write_curves(tmp_path / "a", shares))
     other = {**pilot, "algorithms": {**pilot["algorithms"], "gspo_e7e-3-bf16": {
-        "algorithm": "gspo", "objective": {"eps_low": 5e-3, "eps_high": 5e-3}}}}
+        "algorithm": "gspo", "source": "bf16",
+        "objective": {"eps_low": 5e-3, "eps_high": 5e-3}}}}
     full = pilot_shares(pilot, 0.5, dict.fromkeys(CANDIDATES, 0.1))
     with pytest.raises(ValueError, match=r"'bf16'.*preregistration-3.md's are"):
         fair_clips(other, write_curves(tmp_path / "b", full))
+    # the source is the entry's, never the label's suffix: an entry without one is refused
+    unnamed = {**pilot, "algorithms": {**pilot["algorithms"], "gspo-bf16": {"algorithm": "gspo"}}}
+    with pytest.raises(ValueError, match=r"gspo-bf16.*source"):
+        fair_clips(unnamed, write_curves(tmp_path / "c", full))
 
 
 @pytest.mark.parametrize("experiment", sorted(RULES))

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import comparable, hashed_rewards
+from train_helpers import comparable
 
 from repro.atomic import WriteFailed
 from repro.engines.registry import train
 from repro.models import TinyModelConfig, build_tiny
 from repro.results import TRAIN_LOG, read_table
-from repro.training import checkpoint, rollout
+from repro.training import checkpoint
 from repro.training.checkpoint import latest_checkpoint, verify_checkpoint
 from repro.training.config import TrainConfig
 
@@ -30,9 +30,7 @@ def tiny_model(tmp_path_factory):
     return path
 
 
-@pytest.fixture(autouse=True)
-def hashed(monkeypatch):
-    monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
+pytestmark = pytest.mark.usefixtures("hashed")  # every run here grades by hash
 
 
 def config(model: Path, **kw) -> TrainConfig:

@@ -1,6 +1,6 @@
 """Study 4's presets against its pre-registration (docs/preregistration-4.md) and its predictions
-file, before anything runs: ten independent starts on the default's stage-1 recipe, one reuse
-train block shared by every arm, every arm at every unit (GRPO included), the denser clip grid
+file, before anything runs: ten independent starts on the default's stage-1 recipe, the reuse
+source shared by every arm, every arm at every unit (GRPO included), the denser clip grid
 on pilot units that no confirmatory unit uses, nested units declared, and the admission band
 the script applies equal to the registered one."""
 
@@ -17,6 +17,7 @@ from committed import committed
 from repro.pipeline.jobs import Jobs
 from repro.plan import load_config
 from repro.reporting.verdict_spec import START, load_spec
+from repro.training.sources import label_knobs
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = load_spec(ROOT / "repro" / "reporting" / "predictions" / "preregistration-4.yaml")
@@ -72,8 +73,9 @@ def test_every_arm_at_every_unit_under_one_reuse_block(study):
     assert arms | {"grpo"} == {label.rsplit("-", 1)[0] for label in study["run"]["algorithms"]}
     for arm in arms:
         assert {(m, s) for a, m, s in runs if a == f"{arm}-reuse"} == units, arm
-    blocks = {str(study["algorithms"][a]["train"]) for a in study["run"]["algorithms"]}
-    assert blocks == {str({"minibatches": 4, "epochs": 2})}
+    blocks = {tuple(sorted(label_knobs(study["algorithms"][a]).items()))
+              for a in study["run"]["algorithms"]}
+    assert blocks == {(("epochs", 2), ("minibatches", 4))}  # K = 4, 2 passes: the registered
     assert len(runs) == 140 and "140 runs" in PROSE
 
 
@@ -88,7 +90,8 @@ def test_the_pilot_runs_the_denser_clip_grid_on_units_no_confirmatory_run_uses(s
     registered = re.search(r"symmetric eps from \{([^}]*)\}", " ".join(PROSE.split())).group(1)
     assert eps == sorted(float(x) for x in registered.split(","))
     assert {5e-4, 7e-4} <= set(eps)
-    assert pilot["algorithms"]["dfpo_min_prod-reuse"]["train"] == {"minibatches": 4, "epochs": 2}
+    assert label_knobs(pilot["algorithms"]["dfpo_min_prod-reuse"]) == {"minibatches": 4,
+                                                                       "epochs": 2}
     assert not set(pilot["run"]["seeds"]) & set(study["run"]["seeds"])
 
 

@@ -15,7 +15,6 @@ from committed import committed
 ROOT = Path(__file__).resolve().parents[1]
 AGG = committed("results/offpolicy-study/aggregate")
 HEADING = "## Study 3: realistic off-policy sources"
-SOURCES = ("reuse", "stale", "bf16")
 NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
 
 
@@ -42,6 +41,14 @@ def table_with(*header_start: str) -> list[list[str]]:
     return next(t for t in tables(section()) if tuple(t[0][:len(header_start)]) == header_start)
 
 
+def sources() -> list[str]:
+    """Study 3's sources: its predictions file's subsets (the registry holds more)."""
+    from repro.reporting.verdict_spec import load_spec
+
+    spec = load_spec(ROOT / "repro" / "reporting" / "predictions" / "preregistration-3.yaml")
+    return [subset.name for subset in spec.subsets]
+
+
 def regime() -> dict[str, list[str]]:
     """source -> the regime table's cells, computed from the aggregate's train curves: means
     over every step of every unit."""
@@ -49,7 +56,7 @@ def regime() -> dict[str, list[str]]:
     mean = curves.groupby("run_algo")[["s_spread_product", "s_spread", "w_shift", "clip_frac",
                                        "log_ratio_mean", "reward_mean"]].mean()
     rows = {}
-    for s in SOURCES:
+    for s in sources():
         dfpo, gspo = mean.loc[f"dfpo_min_prod-{s}"], mean.loc[f"gspo_fair-{s}"]
         rows[s] = [s, f"{dfpo.s_spread_product:.1%}", f"{dfpo.s_spread:.2%}",
                    f"{dfpo.w_shift:.1%}", f"{gspo.clip_frac:.1%}", f"{gspo.log_ratio_mean:.1e}"]

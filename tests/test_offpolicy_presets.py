@@ -1,10 +1,11 @@
 """Study 3's presets against its pre-registration (docs/preregistration-3.md) and its predictions
-file: independent starts that follow the default's stage-1 recipe, one train block per source
-shared by every arm of that source, every arm a prediction names run under every source's
+file: independent starts that follow the default's stage-1 recipe, every label naming its
+off-policy source (repro/training/sources.py), every arm a prediction names run under every source's
 label, and pilot units that no confirmatory run uses."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -61,25 +62,24 @@ def labels_of(config: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("preset", ["offpolicy-study.yaml", "offpolicy-pilot.yaml"])
-def test_every_arm_of_a_source_shares_that_sources_train_block(preset):
+def test_every_label_names_a_source_its_label_spells(preset):
+    """Each run label's entry names its source (no label is parsed to find it), one of the
+    predictions file's subsets, and the label is that subset's label for some arm, so the
+    verdict engine's subsets hold exactly the runs of their source."""
     config = resolved(preset)
-    blocks: dict[str, list[dict]] = {}
+    subsets = {s.name: s for s in SPEC.subsets}
     for label in labels_of(config):
-        arm, _, source = label.rpartition("-")
-        assert arm and source in {s.name for s in SPEC.subsets}, label
-        blocks.setdefault(source, []).append(config["algorithms"][label].get("train", {}))
-    for source, found in blocks.items():
-        assert found[0] and all(b == found[0] for b in found), source
-    assert len({tuple(sorted(b[0].items())) for b in blocks.values()}) == len(blocks)
+        entry = config["algorithms"][label]
+        assert entry.get("source") in subsets and not entry["train"], label
+        pattern = re.escape(subsets[entry["source"]].label).replace(re.escape("{arm}"), ".+")
+        assert re.fullmatch(pattern, label), label
 
 
 def test_the_pilot_measures_the_studys_sources(study, pilot):
-    def block(config: dict, source: str) -> dict:
-        return next(config["algorithms"][label]["train"] for label in labels_of(config)
-                    if label.endswith(f"-{source}"))
+    def sources(config: dict) -> set[str]:
+        return {config["algorithms"][label]["source"] for label in labels_of(config)}
 
-    for subset in SPEC.subsets:
-        assert block(pilot, subset.name) == block(study, subset.name), subset.name
+    assert sources(pilot) == sources(study) == {s.name for s in SPEC.subsets}
 
 
 def test_every_arm_the_predictions_name_runs_under_every_source(study):

@@ -11,7 +11,13 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 import torch
-from train_helpers import comparable, hashed_rewards, kill_and_resume, sharpened_tiny_policy
+from train_helpers import (
+    comparable,
+    hashed_rewards,
+    kill_and_resume,
+    sharpened_tiny_policy,
+    small,
+)
 
 from repro.engines import core, native
 from repro.engines.registry import train
@@ -28,16 +34,6 @@ def tiny_model(tmp_path_factory):
     return sharpened_tiny_policy(tmp_path_factory.mktemp("policy") / "tiny")
 
 
-@pytest.fixture
-def hashed(monkeypatch):
-    monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
-
-
-def small(model, **kw) -> dict:
-    base = {"model": str(model), "steps": 2, "prompts_per_step": 4, "group_size": 4,
-            "minibatches": 2, "max_new_tokens": 12, "probe_n": 2, "checkpoint_every": 0,
-            "checkpoint_fractions": [1.0], "lr": 1e-3}
-    return base | kw
 
 
 def log(out) -> list[dict]:

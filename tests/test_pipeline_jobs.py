@@ -17,6 +17,7 @@ from repro.pipeline.checks import at_parse_time, check_selections, schema_refusa
 from repro.pipeline.jobs import EVAL_THREADS, Jobs
 from repro.pipeline.layout import FIGURES, TABLES, Layout
 from repro.plan import load_config
+from repro.training.sources import get_source, source_names
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,12 +101,45 @@ def test_table_and_figure_files_are_in_snakemakes_expand_order():
     ({"algorithms": {"gspo": {"algorithm": "gspo", "train": {"lr": 1.0}}}},
      "config algorithms.gspo.train: lr is shared by every run (compute matching)"),
     ({"algorithms": {"gspo": {"algorithm": "gspo", "train": {"epochs": 0}}}},
-     "config: run algo=gspo/model=tiny/group_size=8/seed=0: TrainConfig.epochs")])
+     "config: run algo=gspo/model=tiny/group_size=8/seed=0: TrainConfig.epochs"),
+    ({"algorithms": {"gspo": {"algorithm": "gspo", "source": "nope"}}},
+     "config algorithms.gspo.source: unknown source 'nope'; known: ['bf16', "),
+    ({"algorithms": {"gspo": {"algorithm": "gspo", "source": "hot_sampler"}},
+      "train": {"engine": "trl"}},
+     "config algorithms.gspo.source: 'hot_sampler' is not supported by train.engine 'trl'"),
+    ({"algorithms": {"gspo": {"algorithm": "gspo", "source": "reuse", "train": {"epochs": 3}}}},
+     "config algorithms.gspo: sets both source and train")])
 def test_a_bad_value_is_refused_naming_its_key(change, message):
     jobs = Jobs(resolved(**change))
     with pytest.raises(ValueError, match=re.escape(message)):
         jobs.check()
         jobs.check_run_configs()
+
+
+@pytest.mark.parametrize("name", source_names())
+def test_a_named_source_is_its_registered_knobs(name):
+    """`algorithms.LABEL.source` resolves to the same runs as its knobs spelled as `train:`."""
+    knobs = dict(get_source(name).knobs)
+    configs = []
+    for entry in ({"algorithm": "gspo", "source": name}, {"algorithm": "gspo", "train": knobs}):
+        config = resolved()  # P = 8: every source's K divides it
+        config["algorithms"]["gspo_src"] = entry
+        config["run"]["algorithms"] = ["gspo_src"]
+        jobs = Jobs(config)
+        jobs.check()
+        configs.append([jobs.run_config(SimpleNamespace(**r)) for r in jobs.run_keys()])
+    assert configs[0] == configs[1]
+    assert {k: configs[0][0][k] for k in knobs} == knobs
+
+
+def test_the_planner_sizes_the_knobs_of_each_named_source():
+    """`repro plan` sizes a label's own K from its source's knobs, as its runs get them."""
+    from repro.plan import source_overrides
+
+    config = resolved("offpolicy-study.yaml")
+    found = {tuple(sorted(block.items())) for block in source_overrides(config)}
+    assert found == {tuple(sorted(get_source(name).knobs.items()))
+                     for name in ("reuse", "stale", "bf16")}
 
 
 def test_a_labels_source_reaches_its_runs_alone():

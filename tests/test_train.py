@@ -3,6 +3,7 @@ cancellation metrics in the per-step log, SIGKILL + resume = uninterrupted run (
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_helpers import comparable, hashed_rewards, kill_and_resume, sharpened_tiny_policy
+import train_helpers
+from train_helpers import comparable, kill_and_resume, sharpened_tiny_policy
 
 from repro.engines.registry import train
 from repro.models import load
@@ -19,7 +21,6 @@ from repro.objectives import algorithm_names
 from repro.results import TRAIN_LOG, read_table
 from repro.results.io import git_revision
 from repro.results.schemas import TRAIN_LOG_PREAMBLE, TRAIN_LOG_ROUTER
-from repro.training import rollout
 from repro.training.config import TrainConfig, load_train_config
 
 HERE = Path(__file__).parent
@@ -31,17 +32,7 @@ def tiny_model(tmp_path_factory):
     return sharpened_tiny_policy(tmp_path_factory.mktemp("policy") / "tiny")
 
 
-@pytest.fixture
-def hashed(monkeypatch):
-    monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
-
-
-def small(model, **kw) -> dict:
-    base = {"model": str(model), "steps": 3, "prompts_per_step": 4, "group_size": 4,
-            "minibatches": 2, "max_new_tokens": 12, "probe_n": 2, "checkpoint_every": 0,
-            "checkpoint_fractions": [1.0], "lr": 1e-3,
-            "temperature": 1.0}
-    return base | kw
+small = functools.partial(train_helpers.small, steps=3)
 
 
 # every registered algorithm with its defaults (DFPO: min_replace), and DFPO's projection

@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_transforms import brute_force_projection
+from torch import Tensor
 
 from repro.objectives import (
     TRANSFORMS,
@@ -120,6 +121,18 @@ def test_projection_leaves_groups_without_signal_alone(name):
     assert torch.equal(apply_transform(name, w, a, groups), w)
 
 
+def draw_groups(sizes: list[int], data: st.DataObject) -> tuple[Tensor, Tensor, Tensor]:
+    """Group ids of groups of `sizes`, weights in [0.05, 3] and the group advantages (float64)
+    of 0/1 rewards, drawn from `data`."""
+    n = sum(sizes)
+    group = torch.cat([torch.full((s,), k) for k, s in enumerate(sizes)])
+    w = torch.tensor(data.draw(st.lists(st.floats(0.05, 3.0), min_size=n, max_size=n)),
+                     dtype=torch.float64)
+    r = torch.tensor(data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n)))
+    adv, _ = group_advantages(r, group)
+    return group, w, adv.double()
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     sizes=st.lists(st.integers(2, 6), min_size=2, max_size=5),
@@ -128,12 +141,7 @@ def test_projection_leaves_groups_without_signal_alone(name):
 )
 def test_invariant_to_row_order_and_group_interleaving(sizes, data, name):
     n = sum(sizes)
-    group = torch.cat([torch.full((s,), k) for k, s in enumerate(sizes)])
-    w = torch.tensor(data.draw(st.lists(st.floats(0.05, 3.0), min_size=n, max_size=n)),
-                     dtype=torch.float64)
-    r = torch.tensor(data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n)))
-    adv, _ = group_advantages(r, group)
-    adv = adv.double()
+    group, w, adv = draw_groups(sizes, data)
     base = apply_transform(name, w, adv, Groups.from_ids(group))
     perm = torch.tensor(data.draw(st.permutations(range(n))))
     relabel = torch.tensor(data.draw(st.permutations(range(len(sizes))))) * 17 + 5
@@ -144,13 +152,8 @@ def test_invariant_to_row_order_and_group_interleaving(sizes, data, name):
 @settings(max_examples=40, deadline=None)
 @given(sizes=st.lists(st.integers(2, 8), min_size=1, max_size=6), data=st.data())
 def test_cancelling_transforms_zero_the_weighted_advantage_sum(sizes, data):
-    n = sum(sizes)
-    group = torch.cat([torch.full((s,), k) for k, s in enumerate(sizes)])
-    w = torch.tensor(data.draw(st.lists(st.floats(0.05, 3.0), min_size=n, max_size=n)),
-                     dtype=torch.float64)
-    r = torch.tensor(data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n, max_size=n)))
-    adv, _ = group_advantages(r, group)
+    group, w, adv = draw_groups(sizes, data)
     groups = Groups.from_ids(group)
     for name in cancelling_transforms():
-        wt = apply_transform(name, w, adv.double(), groups)
-        assert float(groups.sum(wt * adv.double()).abs().max()) <= 1e-6
+        wt = apply_transform(name, w, adv, groups)
+        assert float(groups.sum(wt * adv).abs().max()) <= 1e-6

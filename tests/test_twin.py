@@ -105,17 +105,14 @@ def test_recipe_policy_keeps_reduction_and_outputs_in_float32():
 
 
 @pytest.mark.slow
-def test_a_bf16_checkpoint_trains_at_the_paper_lr(tmp_path, monkeypatch):
+def test_a_bf16_checkpoint_trains_at_the_paper_lr(tmp_path, hashed):
     """Defect 2, one process: a bf16 checkpoint trained by engine=trl at lr 1e-6 must move most
     tensors (float32 masters). With bf16 masters (main) the updates round to zero."""
     from safetensors.torch import load_file
-    from train_helpers import hashed_rewards
 
     from repro.engines.registry import train
-    from repro.training import rollout
     from repro.training.config import TrainConfig
 
-    monkeypatch.setattr(rollout.Rewarder, "__call__", hashed_rewards)
     start = tiny_bf16_model(tmp_path / "start")
     train(TrainConfig(model=str(start), engine="trl", algorithm="gspo", steps=1, lr=preset_lr(),
                       prompts_per_step=4, group_size=4, minibatches=2, max_new_tokens=8,

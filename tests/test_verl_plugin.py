@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 from verl_batches import actor, call, require_verl, verl_batch
 
 require_verl()
@@ -34,6 +33,7 @@ from repro.integrations.verl_config import (  # noqa: E402
     PLUGIN,
     REGISTERED,
     PluginConfigError,
+    objective_config,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,11 +53,16 @@ def setting(overrides: list[str], key: str) -> str:
     return value
 
 
-def test_the_modes_are_the_catalogues_entries():
-    catalogue = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["algorithms"]
-    for mode, (algorithm, overrides) in MODES.items():
-        entry = catalogue[mode]
-        assert (entry["algorithm"], entry.get("objective", {})) == (algorithm, overrides), mode
+def test_verls_clip_bounds_set_each_objectives_clip_fields():
+    """clip_ratio_low/high reach the fields the objective marks `clip` (none for DFPO)."""
+    bounds = {"clip_ratio": 0.3, "clip_ratio_low": 0.1, "clip_ratio_high": 0.2}
+    for mode in sorted(set(MODES) - {"grpo_fix"}):  # grpo_fix: one symmetric bound
+        cfg = objective_config(mode, bounds, "token-mean")
+        marked = {f.metadata["clip"]: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+                  if "clip" in f.metadata}
+        assert marked in ({}, {"low": 0.1, "high": 0.2}), mode
+    cfg = objective_config("grpo_fix", {"clip_ratio": 0.3}, "token-mean")
+    assert cfg.eps == 0.3
 
 
 def test_the_docs_command_is_verls_and_passes_the_check():

@@ -22,6 +22,14 @@ def hashed_rewards(self, items):
     return [float(hashlib.sha256(text.encode()).digest()[0] % 2) for _, text in items]
 
 
+def small(model: str | Path, **kw) -> dict:
+    """TrainConfig fields of a run that takes seconds on the tiny policy `model` (2 steps of 4
+    groups of 4, K = 2, 12 tokens, no checkpoints), with `kw` over them."""
+    return {"model": str(model), "steps": 2, "prompts_per_step": 4, "group_size": 4,
+            "minibatches": 2, "max_new_tokens": 12, "probe_n": 2, "checkpoint_every": 0,
+            "checkpoint_fractions": [1.0], "lr": 1e-3} | kw
+
+
 def run(config: dict, out: Path, resume: bool = False) -> None:
     import torch
 

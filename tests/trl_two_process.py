@@ -32,7 +32,7 @@ def rolled_out_trainer(model, tok, cfg, state, out: Path):
     step moves the policy on every process, so the updates are off-policy (s != 1) and DFPO's
     transform acts. The rollout's minibatches are in `trainer._buffered_inputs`."""
     from datasets import Dataset
-    from test_engine_trl import hashed
+    from test_engine_trl import hash_reward
 
     from repro.engines.trl_args import build_grpo_config
     from repro.engines.trl_trainer import ReproGRPOTrainer
@@ -42,7 +42,8 @@ def rolled_out_trainer(model, tok, cfg, state, out: Path):
                for i in range(cfg.prompts_per_step)]
     args = build_grpo_config(cfg, out=out, world_size=state.num_processes, steps=1,
                              half_precision=False, use_cpu=True)
-    trainer = ReproGRPOTrainer(model=model, processing_class=tok, args=args, reward_funcs=[hashed],
+    trainer = ReproGRPOTrainer(model=model, processing_class=tok, args=args,
+                               reward_funcs=[hash_reward],
                                train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]),
                                repro=cfg)
     trainer.model.train()

@@ -34,7 +34,7 @@ REQUIRED_TARGETS = {
 
 _COMMON = (
     "name", "description", "kind", "source", "template", "grader", "default_k", "sampling",
-    "compat",
+    "compat", "lm_eval",
 )
 _BY_SOURCE = {
     "hub": ("dataset", "revision", "split", "files", "fields", "expected_count"),
@@ -44,7 +44,7 @@ _BY_SOURCE = {
     ),
     "synthetic": ("twin", "generator", "split", "n", "seed"),
 }
-_OPTIONAL = ("expected_count", "sha256", "compat")
+_OPTIONAL = ("expected_count", "sha256", "compat", "lm_eval")
 
 
 class BenchmarkSpecError(ValueError):
@@ -63,6 +63,7 @@ class BenchmarkSpec:
     sampling: Mapping[str, float]  # SamplingConfig fields except n and seed (the run sets those)
     split: str
     compat: str = "default"  # grader convention (problem.COMPAT_MODES); results record it
+    lm_eval: bool = False  # also an lm-eval task (repro/lmeval/generate.py writes its YAML)
     fields: Mapping[str, str] = field(default_factory=dict)  # hub field -> Problem target
     dataset: str | None = None  # hub dataset id
     revision: str = "main"  # branch, tag or commit; the loader records the resolved commit
@@ -166,10 +167,13 @@ def parse_spec(raw: Any, path: Path) -> BenchmarkSpec:
         bad = next((key for key in sampling if f".{key} " in str(exc)), "?")
         raise fail(f"sampling.{bad}", str(exc)) from None
 
+    lm_eval = raw.get("lm_eval", False)
+    if not isinstance(lm_eval, bool):
+        raise fail("lm_eval", "must be true or false", lm_eval)
     values: dict[str, Any] = dict(
         name=name, description=text("description"), kind=kind, source=source, template=template,
         grader=grader, default_k=default_k, sampling=dict(sampling), split=text("split"), path=path,
-        compat=compat,
+        compat=compat, lm_eval=lm_eval,
     )
     if source in ("hub", "lcb_jsonl"):
         values.update(dataset=text("dataset"), revision=text("revision"))

@@ -1,27 +1,26 @@
-"""`repro train`'s engines by name (TrainConfig.engine): `train` dispatches through ENGINES.
+"""`repro train`'s engines by name (TrainConfig.engine): `train` dispatches through the one list,
+repro.training.trainers.TRAINERS (name -> import path).
 
 Engines sit above repro.training (config, rollout, checkpoints, run bookkeeping), which never
-imports them back. TRL's engine is imported on use: accelerate and TRL load only for it.
+imports them back. An engine is imported on use: accelerate and TRL load only for theirs.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 
-from repro.engines.native import train_native
 from repro.training.config import TrainConfig
+from repro.training.trainers import TRAINERS
 
 Trainer = Callable[..., Path]  # (cfg, out, *, label, resume, fingerprint) -> out/final
 
 
-def _trl() -> Trainer:
-    from repro.engines.trl import train_trl
-
-    return train_trl
-
-
-ENGINES: dict[str, Callable[[], Trainer]] = {"native": lambda: train_native, "trl": _trl}
+def trainer(engine: str) -> Trainer:
+    """The trainer of `engine`, imported now (repro.training.trainers names it by path)."""
+    module, _, name = TRAINERS[engine].partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def train(
@@ -32,8 +31,7 @@ def train(
 
     `fingerprint` (e.g. the pipeline's source digest) is stored with every checkpoint next to the
     resolved config; `resume` continues only from a checkpoint with the same pair."""
-    trainer = ENGINES[cfg.engine]()
-    return trainer(cfg, out, label=label, resume=resume, fingerprint=fingerprint)
+    return trainer(cfg.engine)(cfg, out, label=label, resume=resume, fingerprint=fingerprint)
 
 
 def train_and_export(

@@ -10,33 +10,36 @@ compute.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from repro.catalogue import objective_of
 from repro.objectives import AGG_MODES, LossConfig, get_algorithm, make_config
 
 PLUGIN = "repro.integrations.verl"
 ACTOR = "actor_rollout_ref.actor"
 LOSS_MODE_KEY = f"{ACTOR}.policy_loss.loss_mode"
 
-# verl loss mode -> (the suite's algorithm, objective overrides): config/config.yaml's catalogue
-# entries of the same names (tests/test_verl_plugin.py holds them equal).
-MODES: dict[str, tuple[str, dict[str, Any]]] = {
-    "grpo": ("grpo", {}),
-    "gspo": ("gspo", {}),
-    "grpo_fix": ("grpo_fix", {}),
-    "dfpo_min": ("dfpo", {"transform": "min_replace"}),
-    "dfpo_orth": ("dfpo", {"transform": "orth_proj"}),
-    "dfpo_min_prod": ("dfpo", {"transform": "min_replace", "sequence_ratio": "product"}),
-    "dfpo_orth_prod": ("dfpo", {"transform": "orth_proj", "sequence_ratio": "product"}),
-}
 # The verl mode that computes the same objective (parity-tested). grpo and gspo are verl's own
 # `vanilla` (less its dual clip) and `gspo`, so they are not registered again; grpo_fix is, as
 # the paper's name for `cispo` with one symmetric bound.
 VERL_EQUIVALENT = {"grpo": "vanilla", "gspo": "gspo", "grpo_fix": "cispo"}
 REGISTERED = ("grpo_fix", "dfpo_min", "dfpo_orth", "dfpo_min_prod", "dfpo_orth_prod")
-# verl's clip bounds -> the fields of the objectives that clip (DFPO is clip-free)
-CLIP_FIELDS = {"grpo": ("eps_low", "eps_high"), "gspo": ("eps_low", "eps_high"),
-               "grpo_fix": ("eps",)}
+
+
+# verl loss mode -> (the suite's algorithm, objective overrides): the run catalogue's entry of
+# the same name (repro.catalogue), so a mode is the objective that label's runs train.
+MODES: dict[str, tuple[str, dict[str, Any]]] = {
+    mode: objective_of(mode) for mode in dict.fromkeys((*VERL_EQUIVALENT, *REGISTERED))}
+
+
+def clip_fields(algorithm: str) -> tuple[str, ...]:
+    """The objective's fields that verl's clip bounds set, (low, high) or (symmetric,), from
+    their `clip` metadata (repro.objectives.base.LossConfig); () for a clip-free one (DFPO)."""
+    marked = {f.metadata["clip"]: f.name
+              for f in dataclasses.fields(get_algorithm(algorithm).config_cls)
+              if "clip" in f.metadata}
+    return tuple(marked[k] for k in ("both", "low", "high") if k in marked)
 
 
 class PluginConfigError(ValueError):
@@ -76,7 +79,7 @@ def objective_config(mode: str, actor: Any, loss_agg_mode: str) -> LossConfig:
     fields = {**overrides, "loss_agg_mode": loss_agg_mode,
               "loss_norm_length": actor.get("loss_scale_factor")}
     low, high = clip_range(actor)
-    names = CLIP_FIELDS.get(algorithm, ())
+    names = clip_fields(algorithm)
     if len(names) == 1 and low != high:
         raise PluginConfigError(
             f"{ACTOR}.clip_ratio_low={low} != clip_ratio_high={high}: loss_mode={mode} clips "

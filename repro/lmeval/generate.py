@@ -1,19 +1,19 @@
 """The lm-eval task YAMLs, generated from the benchmark specs so they cannot drift from them.
 
 `python -m repro.lmeval.generate` rewrites `<benchmark>_repro.yaml` beside this file for every
-benchmark in TASK_BENCHMARKS (k as `repeats`, the spec's sampling as `generation_kwargs`,
-`unsafe_code` for code benchmarks); a test fails when a committed YAML differs from what this
-writes. The shared settings live in `_repro_template_yaml`.
+benchmark whose spec says `lm_eval: true` (TASK_BENCHMARKS; k as `repeats`, the spec's sampling
+as `generation_kwargs`, `unsafe_code` for code benchmarks); a test fails when a committed YAML
+differs from what this writes. The shared settings live in `_repro_template_yaml`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from repro.benchmarks import get_benchmark
+from repro.benchmarks import benchmark_names, get_benchmark
 
 HERE = Path(__file__).resolve().parent
-TASK_BENCHMARKS = ("aime25", "hmmt25", "livecodebench", "synth-aime", "synth-hmmt", "synth-lcb")
+TASK_BENCHMARKS = tuple(name for name in benchmark_names() if get_benchmark(name).lm_eval)
 
 
 def task_name(benchmark: str) -> str:

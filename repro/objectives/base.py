@@ -28,7 +28,10 @@ SEQUENCE_RATIOS = ("mean", "product")
 
 @dataclass
 class LossConfig:
-    """Fields every policy loss has. Subclasses set `name` and may change the defaults."""
+    """Fields every policy loss has. Subclasses set `name` and may change the defaults. A field
+    that bounds the ratio carries metadata `clip`: "low", "high" or "both" (one symmetric
+    bound), so a trainer's clip settings map onto any objective (repro.integrations.verl_config:
+    `clip_fields`) with no list of which fields clip."""
 
     name: ClassVar[str] = ""
 

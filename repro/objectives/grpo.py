@@ -24,10 +24,11 @@ if TYPE_CHECKING:
 class GRPOConfig(LossConfig):
     name = "grpo"
 
-    eps_low: float = field(default=0.2, metadata={"help": "Lower clip: r >= 1 - eps_low."})
-    eps_high: float = field(
-        default=0.27, metadata={"help": "Upper clip: r <= 1 + eps_high (clip-higher, DAPO-style)."}
+    eps_low: float = field(
+        default=0.2, metadata={"help": "Lower clip: r >= 1 - eps_low.", "clip": "low"}
     )
+    eps_high: float = field(default=0.27, metadata={
+        "help": "Upper clip: r <= 1 + eps_high (clip-higher, DAPO-style).", "clip": "high"})
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -24,9 +24,8 @@ if TYPE_CHECKING:
 class GRPOFixConfig(LossConfig):
     name = "grpo_fix"
 
-    eps: float = field(
-        default=0.2, metadata={"help": "Symmetric clip of the detached ratio to [1-eps, 1+eps]."}
-    )
+    eps: float = field(default=0.2, metadata={
+        "help": "Symmetric clip of the detached ratio to [1-eps, 1+eps].", "clip": "both"})
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -30,8 +30,12 @@ class GSPOConfig(LossConfig):
         metadata={"help": "seq-mean-token-mean = one term per sequence (the GSPO paper); "
                   "token-mean weights each sequence by its length (TRL's default loss_type)."},
     )
-    eps_low: float = field(default=3e-4, metadata={"help": "Lower clip of s (GSPO paper: 3e-4)."})
-    eps_high: float = field(default=4e-4, metadata={"help": "Upper clip of s (GSPO paper: 4e-4)."})
+    eps_low: float = field(
+        default=3e-4, metadata={"help": "Lower clip of s (GSPO paper: 3e-4).", "clip": "low"}
+    )
+    eps_high: float = field(
+        default=4e-4, metadata={"help": "Upper clip of s (GSPO paper: 4e-4).", "clip": "high"}
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -104,17 +104,19 @@ def check_whole_groups(run: dict, world: int, name: str) -> None:
 
 
 def check_dataclass_blocks(config: dict) -> None:
-    """`train:`, `algorithms.*.objective`, `algorithms.*.train` (the off-policy source fields
-    only) and `models.*.sft` against their dataclasses' fields
-    and types, now rather than when a job runs (the schema leaves them open: the dataclasses own
-    them)."""
-    from repro.config_fields import check_fields
+    """`train:`, `algorithms.*.objective`, `algorithms.*.source` (or `.train`: the off-policy
+    source fields only) and `models.*.sft` against their dataclasses' fields and types and the
+    source registry, now rather than when a job runs (the schema leaves them open: the
+    dataclasses and registries own them)."""
+    from repro.config_fields import check_fields, field_defaults
     from repro.objectives import get_algorithm
-    from repro.training.config import SOURCE_FIELDS, TrainConfig
+    from repro.training.config import TrainConfig
+    from repro.training.sources import check_entry, label_knobs
 
     train = train_block(config)
     check_fields(TrainConfig, train, "config train: ")
     check_task_mix(train)
+    engine = train.get("engine", field_defaults(TrainConfig)["engine"])
     for label, entry in config["algorithms"].items():
         try:  # the registry is the list of algorithms (the schema keeps no copy)
             algorithm = get_algorithm(entry["algorithm"])
@@ -122,11 +124,8 @@ def check_dataclass_blocks(config: dict) -> None:
             raise ValueError(f"config algorithms.{label}.algorithm: {err}") from None
         check_fields(algorithm.config_cls, entry.get("objective", {}),
                      f"config algorithms.{label}.objective: ")
-        shared = sorted(set(entry.get("train", {})) - set(SOURCE_FIELDS))
-        if shared:
-            raise ValueError(f"config algorithms.{label}.train: {shared[0]} is shared by every "
-                             f"run (compute matching); a label may set only {list(SOURCE_FIELDS)}")
-        check_fields(TrainConfig, entry.get("train", {}), f"config algorithms.{label}.train: ")
+        check_entry(label, entry, engine)
+        check_fields(TrainConfig, label_knobs(entry), f"config algorithms.{label}.train: ")
     sft_blocks = {key: e["sft"] for key, e in config["models"].items() if e["source"] == "sft"}
     if sft_blocks:
         from repro.training.sft_config import SFTConfig

@@ -233,10 +233,11 @@ class Jobs:
         defaults included, so a changed dataclass default reruns the runs it changes, like a
         config value."""
         from repro.training.config import TrainConfig
+        from repro.training.sources import label_knobs
 
         entry = self.config["algorithms"][wildcards.algo]
         g = int(wildcards.group_size)
-        values = train_block(self.config) | entry.get("train", {}) | self.lock_settings() | {
+        values = train_block(self.config) | label_knobs(entry) | self.lock_settings() | {
             "model": self.start_policy(wildcards.model),
             "algorithm": entry["algorithm"],
             "objective": entry.get("objective", {}),

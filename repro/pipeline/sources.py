@@ -11,7 +11,8 @@ only parses options, so an edit there reruns nothing), found statically
 - a data file or folder beside a module, named by a string in it (`with_name("specs")`,
   `paper.mplstyle`, the sandbox's `lcb_harness.py`);
 - a module named in such a data file (a benchmark spec's `generator: repro.tasks.X:rows`,
-  imported by name at runtime);
+  imported by name at runtime), or by a `repro.X:NAME` string in a module (the engines of
+  repro.training.trainers);
 - every module beside a package `__init__` that imports its folder with
   `pkgutil.iter_modules` (repro.objectives: an algorithm file registers itself).
 """
@@ -40,6 +41,7 @@ ENTRY_POINTS = {
     "theory": ("repro.theory.experiment",),
 }
 _MODULE_NAME = re.compile(rf"\b{PACKAGE}(?:\.\w+)+")
+_IMPORT_PATH = re.compile(rf"({PACKAGE}(?:\.\w+)+):\w+")  # "repro.x.y:name", imported by name
 _SKIP = {"__pycache__"}
 
 
@@ -157,7 +159,8 @@ def closure(root: Path, modules: tuple[str, ...],
         if path not in scans:
             scans[path] = _scan(root, path)
         names, strings, imports_folder = scans[path]
-        todo += [p for name in names for p in resolve(root, name)]
+        by_path = (m.group(1) for text in strings if (m := _IMPORT_PATH.fullmatch(text)))
+        todo += [p for name in [*names, *by_path] for p in resolve(root, name)]
         if imports_folder:
             todo += sorted(path.parent.glob("*.py"))
         todo += _data_beside(path, strings)

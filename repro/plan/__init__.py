@@ -79,10 +79,12 @@ def group_sizes(config: dict[str, Any]) -> list[int]:
 
 
 def source_overrides(config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The distinct `algorithms.LABEL.train` blocks (off-policy sources) of the labels that run."""
+    """The distinct TrainConfig fields the off-policy sources of the labels that run set."""
+    from repro.training.sources import label_knobs
+
     run, abl = config["run"], config["ablations"]
     labels = {*run["algorithms"], *abl["algorithms"], *abl["group_algorithms"]}
-    blocks = [config["algorithms"][label].get("train", {}) for label in sorted(labels)]
+    blocks = [label_knobs(config["algorithms"][label]) for label in sorted(labels)]
     return [b for i, b in enumerate(blocks) if b and b not in blocks[:i]]
 
 

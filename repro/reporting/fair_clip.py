@@ -4,10 +4,11 @@
 Per off-policy source: GSPO's paper clip if the pilot's GSPO clipped at most 20% of tokens under
 it, else the candidate symmetric eps whose pilot clip share is nearest 15% (the share GSPO's
 authors report). A clip share is the mean of the train logs' `clip_frac` over the pilot's units
-of that label and all their steps (study 3: one unit per label; study 4: two starts). The pilot's
-labels are ARM-SOURCE; a GSPO label's clip is read from the pilot preset's objective block (the
-paper clip is GSPOConfig's default), never from its name. Each pilot's rule is `RULES[its
-experiment]`; tests/test_fair_clip.py holds the numbers to each pre-registration's text.
+of that label and all their steps (study 3: one unit per label; study 4: two starts). A GSPO
+label's source and clip are read from the pilot preset's catalogue entry (`source`,
+`objective`; the paper clip is GSPOConfig's default), never from its name. Each pilot's rule is
+`RULES[its experiment]`; tests/test_fair_clip.py holds the numbers to each pre-registration's
+text.
 """
 
 from __future__ import annotations
@@ -83,7 +84,9 @@ def gspo_clips(config: dict[str, Any]) -> dict[str, tuple[str, float, float]]:
         if entry["algorithm"] != "gspo":
             continue
         objective = entry.get("objective", {})
-        source = label.rpartition("-")[2]
+        if "source" not in entry:
+            raise ValueError(f"pilot label {label!r}: algorithms.{label}.source is not set")
+        source = entry["source"]
         out[label] = (source, objective.get("eps_low", PAPER_CLIP[0]),
                       objective.get("eps_high", PAPER_CLIP[1]))
     return out

@@ -46,6 +46,7 @@ from torch import Tensor
 
 from repro import __version__
 from repro.atomic import atomic_file
+from repro.catalogue import objective_of
 from repro.objectives import (
     LossConfig,
     Minibatch,
@@ -61,10 +62,10 @@ from repro.theory.probes import kl_sum, probe, residual_step, shared_template_ne
 
 # label -> (algorithm, config overrides); everything else is the package default. Every
 # registered algorithm is an arm with its defaults (so a new one joins with no edit here), DFPO
-# once per transform of the paper (Eq. 17 and 18).
+# once per transform of the paper (Eq. 17 and 18): the run catalogue's labels for them.
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     **{name: (name, {}) for name in algorithm_names() if name != "dfpo"},
-    **{f"dfpo_{t}": ("dfpo", {"transform": t}) for t in ("min_replace", "orth_proj")},
+    **{label: objective_of(label) for label in ("dfpo_min", "dfpo_orth")},
 }
 
 def train_on_batch(

@@ -3,8 +3,8 @@
 
 Compute matching: every algorithm of an experiment gets the same file with only `algorithm` and
 `objective` changed, so P, G, K, steps, max tokens, sampling and the prompt stream are equal.
-The one exception is `SOURCE_FIELDS`: a catalogue entry may set its run label's off-policy
-source, so a study compares arms within a source (study 3, docs/preregistration-3.md).
+The one exception is an off-policy source (repro.training.sources): a catalogue entry may set
+its run label's, so a study compares arms within a source (study 3, docs/preregistration-3.md).
 """
 
 from __future__ import annotations
@@ -22,12 +22,8 @@ import yaml
 from repro.config_fields import check_fields, field_defaults
 from repro.objectives import LossConfig, algorithm_names, get_algorithm, make_config
 from repro.objectives.advantages import SCALES
+from repro.training.trainers import ENGINES
 from repro.training.trl_options import check_trl_args
-
-ENGINES = ("native", "trl")
-# The fields a catalogue entry may set for its run label alone (`algorithms.LABEL.train`): how
-# the rollouts become off-policy, nothing of the budget, the data or the sampling of responses.
-SOURCE_FIELDS = ("minibatches", "epochs", "sampler_dtype", "staleness", "behaviour_temperature")
 
 
 @dataclass
