@@ -238,6 +238,12 @@ def plan(
     measure: Annotated[bool, typer.Option(
         help="Also trace each train job's step with torch's FSDPMemTracker in fake mode (CPU, "
              "nothing allocated; minutes at paper shapes) and refuse on its peak.")] = False,
+    full_depth: Annotated[bool, typer.Option(
+        help="With --measure: trace every layer instead of extrapolating from a few (a check of "
+             "the extrapolation; half an hour at the 80B preset).")] = False,
+    record: Annotated[bool, typer.Option(
+        help="With --measure: write each traced job's peaks to config/memory/ (the parse-time "
+             "plan then checks the job against them).")] = False,
 ) -> None:
     """Per-GPU (and per-node host) memory of every GPU job the config plans, phase by phase,
     against its GPUs: exits 1 with one line naming the key to change when a job cannot fit.
@@ -248,8 +254,10 @@ def plan(
         config = load_config(base, configfile or [])
         plans = plan_jobs(config)
         typer.echo("\n".join([*model_lines(config), table(plans)]))
+        if (record or full_depth) and not measure:
+            raise ValueError("--record and --full-depth need --measure")
         if measure:
-            _plan_measured(config, [p for p in plans if p.job == "train"])
+            _plan_measured(config, [p for p in plans if p.job == "train"], record, full_depth)
     except PlanRefusal as err:
         typer.echo(f"repro plan: {err}", err=True)
         raise typer.Exit(1) from None
@@ -258,9 +266,12 @@ def plan(
         raise typer.Exit(2) from None
 
 
-def _plan_measured(config: dict[str, Any], plans: list[Any]) -> None:
+def _plan_measured(config: dict[str, Any], plans: list[Any], record: bool,
+                   full_depth: bool) -> None:
     """`repro plan --measure`: each train job traced, beside its arithmetic; an op the tracker
-    cannot trace leaves the arithmetic as the plan, said on stderr."""
+    cannot trace leaves the arithmetic as the plan, said on stderr. `record`: each job's peaks
+    written to config/memory/ (repro.plan.records) before the refusal check, so that a job
+    found not to fit is on record too."""
     import resource
 
     from repro.plan import Hardware
@@ -270,14 +281,17 @@ def _plan_measured(config: dict[str, Any], plans: list[Any]) -> None:
         few_layers,
         job_spec,
         measure_extrapolated,
+        measure_step,
         refuse_over_measured,
     )
     from repro.plan.memory import step_layout
+    from repro.plan.records import write_record
 
     for plan in plans:
         spec = job_spec(config, plan.model)
         try:
-            measured = measure_extrapolated(spec, few_layers(spec.fields))
+            measured = (measure_step(spec) if full_depth
+                        else measure_extrapolated(spec, few_layers(spec.fields)))
         except UntraceableOp as err:
             typer.echo(f"repro plan --measure: {plan.model}: {err}; the plan is the arithmetic "
                        "above", err=True)
@@ -285,6 +299,8 @@ def _plan_measured(config: dict[str, Any], plans: list[Any]) -> None:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
         typer.echo("\n".join([f"train {plan.model} measured, host RSS {rss:.1f} GB",
                               *compare_lines(plan, measured, spec.world)]))
+        if record:
+            typer.echo(f"  recorded: {write_record(plan.model, spec, measured, rss)}")
         local = step_layout(config["train"], Hardware.of(config["hardware"]), spec.world)[0]
         refuse_over_measured(plan, measured, spec, local)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from repro.plan.hardware import Hardware
 from repro.plan.memory import JobPlan, PlanRefusal, eval_plan, train_plan
+from repro.plan.records import apply_record
 from repro.plan.shapes import Shape, read_config, shape_of
 
 __all__ = ["Hardware", "JobPlan", "PlanRefusal", "eval_tokens", "load_config", "model_lines",
@@ -107,8 +108,10 @@ def plan_jobs(config: dict[str, Any]) -> list[JobPlan]:
                 job = train | {"group_size": g, "prompts_per_step": total // g}
                 train_plan(key, model_shape(config, key), job, hw, world)
             for source in source_overrides(config):  # a label's own K changes rows per update
-                train_plan(key, model_shape(config, key), train | source, hw, world)
+                apply_record(train_plan(key, model_shape(config, key), train | source, hw, world),
+                             config, key, train | source)
             plans.append(train_plan(key, model_shape(config, key), train, hw, world))
+            apply_record(plans[-1], config, key, train)
             if others:
                 plans[-1].notes.append(f"group-size ablation G={others} checked too (same rows "
                                        "per process)")

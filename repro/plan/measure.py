@@ -311,8 +311,9 @@ def _naming_the_op(model: Any) -> Any:
             hook.remove()
 
 
-def job_spec(config: dict[str, Any], key: str) -> StepSpec:
-    """The train job of catalogue model `key` as the tracker runs it: the preset's world,
+def job_spec(config: dict[str, Any], key: str, train: dict[str, Any] | None = None) -> StepSpec:
+    """The train job of catalogue model `key` (with the `train` block given, else the config's)
+    as the tracker runs it: the preset's world,
     rows per micro-step, prompt and response tokens and checkpointing (`step_layout`, the
     arithmetic's own). One full micro-step and step after a short warm one: the steady state
     of accumulation (every sharded gradient and AdamW's state resident), which costs a fake
@@ -324,7 +325,7 @@ def job_spec(config: dict[str, Any], key: str) -> StepSpec:
     entry, hw = config["models"][key], Hardware.of(config["hardware"])
     fields = entry["config"] if "config" in entry else read_config(entry["id"])
     world = hw.train.world
-    _, _, micro, seq, ckpt = step_layout(config["train"], hw, world)
+    _, _, micro, seq, ckpt = step_layout(config["train"] if train is None else train, hw, world)
     return StepSpec(dict(fields), world=world, rows=micro, prompt=hw.prompt_tokens,
                     response=seq - hw.prompt_tokens, micro_steps=1, updates=1,
                     checkpointing=ckpt, warm=True)
