@@ -234,7 +234,7 @@ def test_an_evaluations_resolved_config_is_config_eval_and_its_job():
                                                        EVAL_THREADS)
     assert cfg.benchmarks == jobs.config["eval"]["benchmarks"] and cfg.split
     assert (cfg.k, cfg.limit, cfg.engine, cfg.batch_size) == (3, 7, "auto", 32)
-    assert cfg.sampling == {k: v for k, v in sampling.items() if v is not None}
+    assert cfg.sampling.given() == {k: v for k, v in sampling.items() if v is not None}
     start = EvalConfig(**jobs.init_eval_config(SimpleNamespace(model="tiny", seed=4)))
     assert (start.model, start.checkpoint, start.seed) == (jobs.start_policy("tiny"), "init", 4)
     assert str(start.out) == jobs.layout.init_dir.format(model="tiny", seed=4)

@@ -10,6 +10,7 @@ OUT/resolved.yaml` runs the same evaluation again.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,43 @@ from repro.generation.base import SamplingConfig
 RESOLVED_FILE = "resolved.yaml"
 SAMPLING_KEYS = tuple(f.name for f in dataclasses.fields(SamplingConfig)
                       if f.name not in ("n", "seed"))  # the run sets n (= k) and the seed
+
+
+class _Overrides:
+    """Methods of `SamplingOverrides` (its fields are made from SamplingConfig's below)."""
+
+    @classmethod
+    def of(cls, given: Mapping[str, Any] | _Overrides | None) -> SamplingOverrides:
+        """From a mapping as YAML or the CLI spell it (null: the benchmark's own value)."""
+        if isinstance(given, _Overrides):
+            return given  # type: ignore[return-value]
+        given = {k: v for k, v in (given or {}).items() if v is not None}
+        unknown = sorted(set(given) - set(SAMPLING_KEYS))
+        if unknown:
+            raise ValueError(f"sampling key {unknown[0]!r} is not one of {list(SAMPLING_KEYS)}")
+        SamplingConfig(**given)  # a bad value fails here, naming the field
+        return SamplingOverrides(**given)
+
+    def given(self) -> dict[str, Any]:
+        """The keys set, as resolved.yaml and the pipeline config spell them."""
+        return {k: getattr(self, k) for k in SAMPLING_KEYS if getattr(self, k) is not None}
+
+    def over(self, spec_sampling: Mapping[str, Any], k: int, seed: int) -> SamplingConfig:
+        """The one rule of an evaluation's sampling: the benchmark's, these keys over it, n = k,
+        the run seed. The runner and the memory planner both call it."""
+        return SamplingConfig(**(dict(spec_sampling) | self.given() | {"n": k, "seed": seed}))
+
+
+# Every SamplingConfig field the run does not set, optional: the same types, help and bounds.
+SamplingOverrides = dataclasses.make_dataclass(
+    "SamplingOverrides",
+    [(f.name, f.type + " | None", dataclasses.field(default=None, metadata=f.metadata))
+     for f in dataclasses.fields(SamplingConfig) if f.name in SAMPLING_KEYS],
+    bases=(_Overrides,), frozen=True,
+)
+SamplingOverrides.__module__ = __name__
+SamplingOverrides.__doc__ = ("Overrides of a benchmark's sampling (EvalConfig.sampling, config "
+                             "eval.sampling); None = the benchmark's own value.")
 
 
 @dataclass
@@ -53,8 +91,8 @@ class EvalConfig:
     )
     batch_size: int = field(default=16, metadata={"help": "Prompts per HF generate call."})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
-    sampling: dict[str, Any] = field(
-        default_factory=dict,
+    sampling: SamplingOverrides = field(
+        default_factory=SamplingOverrides,
         metadata={"help": "Overrides of the benchmark's sampling (temperature, "
                   "max_new_tokens...)."},
     )
@@ -89,10 +127,7 @@ class EvalConfig:
             value = getattr(self, name)
             if value < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
-        unknown = sorted(set(self.sampling) - set(SAMPLING_KEYS))
-        if unknown:
-            raise ValueError(f"sampling key {unknown[0]!r} is not one of {list(SAMPLING_KEYS)}")
-        SamplingConfig(**self.sampling)  # a bad value fails here, naming the field
+        self.sampling = SamplingOverrides.of(self.sampling)  # built once, used by the runner
 
     def out_of(self, benchmark: str) -> Path:
         """Where one benchmark's files go: OUT/benchmark=NAME/ with `split`, else OUT."""
@@ -101,8 +136,13 @@ class EvalConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as YAML spells it (paths as strings): the content of resolved.yaml."""
-        return {k: str(v) if isinstance(v, Path) else v
-                for k, v in dataclasses.asdict(self).items()}
+        out = {k: str(v) if isinstance(v, Path) else v
+               for k, v in dataclasses.asdict(self).items()}
+        return out | {"sampling": self.sampling.given()}
+
+    def sampling_for(self, spec: Any) -> SamplingConfig:
+        """One benchmark's sampling (`SamplingOverrides.over`): n = k or the spec's default."""
+        return self.sampling.over(spec.sampling, self.k or spec.default_k, self.seed)
 
 
 def load_eval_config(path: Path | None, given: dict[str, Any]) -> EvalConfig:

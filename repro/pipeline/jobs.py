@@ -300,8 +300,9 @@ class Jobs:
                 data_dir=e["data_dir"],
                 lock=None if self.lock is None else self.config["data_lock"],
                 engine=e["engine"], batch_size=e["batch_size"], workers=EVAL_THREADS,
-                # null: each benchmark's own (a preset undoing the default's override)
-                sampling={k: v for k, v in e["sampling"].items() if v is not None}, **job,
+                # null: each benchmark's own (a preset undoing the default's override), as
+                # SamplingOverrides.of reads it
+                sampling=e["sampling"], **job,
             ).to_dict()
         except ValueError as err:
             raise ValueError(f"config: eval of {job['out']}: {err}") from None
