@@ -21,8 +21,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+# `required`/`forbidden`: keys a mapping field must hold / may not hold; `unset`: the key has
+# no default, absent unless given (the dataclass's default stands for "absent").
 BOUNDS = ("min", "max", "exclusive_min", "exclusive_max", "choices", "min_items", "min_length",
-          "items")
+          "items", "required", "forbidden", "unset")
 
 
 def setting(default: Any, help_text: str, **bounds: Any) -> Any:
@@ -34,6 +36,9 @@ def setting(default: Any, help_text: str, **bounds: Any) -> Any:
     meta = {"help": help_text, **bounds}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
+    if dataclasses.is_dataclass(default):
+        return dataclasses.field(default_factory=lambda: dataclasses.replace(default),
+                                 metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 

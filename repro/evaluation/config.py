@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.config_fields import check_fields
+from repro.config_fields import check_bounds, check_fields
 from repro.generation.base import SamplingConfig
 
 RESOLVED_FILE = "resolved.yaml"
@@ -51,7 +51,8 @@ class _Overrides:
 # Every SamplingConfig field the run does not set, optional: the same types, help and bounds.
 SamplingOverrides = dataclasses.make_dataclass(
     "SamplingOverrides",
-    [(f.name, f.type + " | None", dataclasses.field(default=None, metadata=f.metadata))
+    [(f.name, f.type + " | None",
+      dataclasses.field(default=None, metadata=f.metadata | {"unset": True}))  # no default
      for f in dataclasses.fields(SamplingConfig) if f.name in SAMPLING_KEYS],
     bases=(_Overrides,), frozen=True,
 )
@@ -73,11 +74,12 @@ class EvalConfig:
         "help": "Output folder for samples.parquet, problems.parquet and resolved.yaml."})
     split: bool = field(default=False, metadata={
         "help": "Write each benchmark to OUT/benchmark=NAME/ (required for several)."})
-    k: int | None = field(
-        default=None, metadata={"help": "Samples per problem; None = the benchmark's default."}
-    )
+    k: int | None = field(default=None, metadata={
+        "help": "Samples per problem (avg@k); None = the benchmark's default (32 for the "
+                "paper's).", "min": 1})
     limit: int | None = field(
-        default=None, metadata={"help": "Evaluate only the first N problems."}
+        default=None, metadata={"help": "Evaluate only the first N problems; None = all.",
+                                "min": 1}
     )
     data_dir: Path | None = field(
         default=None, metadata={"help": "Offline mirror of the datasets."}
@@ -86,17 +88,19 @@ class EvalConfig:
         "help": "Data lock of `repro data pin`: sha256 pins, and the mirror when data_dir is "
                 "None."})
     checkpoint: str = field(default="final", metadata={"help": "Label stored with the results."})
-    engine: str = field(
-        default="auto", metadata={"help": "auto (vLLM on GPU, else HF), hf or vllm."}
-    )
-    batch_size: int = field(default=16, metadata={"help": "Prompts per HF generate call."})
+    engine: str = field(default="auto", metadata={
+        "help": "Generation engine: auto (vLLM on a GPU, else HF), hf or vllm.",
+        "choices": ("auto", "hf", "vllm")})
+    batch_size: int = field(default=16, metadata={"help": "Prompts per HF generate call.",
+                                                  "min": 1})
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
     sampling: SamplingOverrides = field(
         default_factory=SamplingOverrides,
         metadata={"help": "Overrides of the benchmark's sampling (temperature, "
                   "max_new_tokens...)."},
     )
-    workers: int = field(default=2, metadata={"help": "Parallel grading workers (sandboxes)."})
+    workers: int = field(default=2, metadata={"help": "Parallel grading workers (sandboxes).",
+                                              "min": 1})
     unsafe_no_sandbox: bool = field(
         default=False,
         metadata={"help": "Run generated code without bubblewrap (recorded in the results)."},
@@ -119,14 +123,7 @@ class EvalConfig:
         if len(self.benchmarks) > 1 and not self.split:
             raise ValueError(f"{len(self.benchmarks)} benchmarks need one folder each: "
                              "pass --split")
-        for name in ("k", "limit"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"--{name} must be >= 1, got {value}")
-        for name in ("batch_size", "workers"):
-            value = getattr(self, name)
-            if value < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+        check_bounds(self, spell=lambda name: "--" + name.replace("_", "-"))
         self.sampling = SamplingOverrides.of(self.sampling)  # built once, used by the runner
 
     def out_of(self, benchmark: str) -> Path:

@@ -148,7 +148,7 @@ class TrainConfig:
     checkpoint_fractions: list[float] = field(
         default_factory=lambda: [0.5, 1.0],
         metadata={"help": "Also checkpoint when this share of the budget (steps or tokens) is "
-                  "used."},
+                  "used.", "items": {"exclusive_min": 0, "max": 1}},
     )
     probe_n: int = field(
         default=16, metadata={"help": "Probe prompts for logodds_drift / kl_template."}
