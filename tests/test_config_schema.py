@@ -91,3 +91,21 @@ def test_train_help_comes_from_the_dataclass():
 def test_the_schema_file_parses_as_the_generator_wrote_it():
     text = (schema.ROOT / schema.SCHEMA).read_text()
     assert yaml.safe_load(text) == schema.pipeline_schema()
+
+
+def test_an_objective_key_foreign_to_the_algorithm_is_refused_at_parse_time():
+    """The objective's class is chosen by `algorithm`: GSPO has no `transform` (DFPO's)."""
+    import pytest
+
+    from repro.pipeline.checks import check_dataclass_blocks
+
+    config = {"train": {}, "models": {},
+              "algorithms": {"bad": {"algorithm": "gspo", "objective": {"transform": "x"}}}}
+    with pytest.raises(ValueError) as err:
+        check_dataclass_blocks(config)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("config algorithms.bad.objective: ")
+    assert "['transform']" in message
+    with pytest.raises(ValueError, match=r"objective: unknown GSPOConfig key\(s\) \['transform'\]"):
+        train_config.load_train_config(None, ["model=m", "algorithm=gspo",
+                                              "objective.transform=min_replace"])

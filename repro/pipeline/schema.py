@@ -133,12 +133,14 @@ def _rows(cls: type, prefix: str) -> list[str]:
     rows = []
     for f in dataclasses.fields(cls):
         hint, key = hints[f.name], f"{prefix}{f.name}"
-        if dataclasses.is_dataclass(hint):
+        if dataclasses.is_dataclass(hint) and "chosen_by" not in f.metadata:
             rows.append(f"| `{key}` | mapping | | | {_cell(f.metadata['help'])} |")
             rows += _rows(hint, f"{key}.")
             continue
         rules = {k: v for k, v in f.metadata.items()
-                 if k not in ("help", "like", "unset", "forbidden")}
+                 if k not in ("help", "like", "unset", "forbidden", "chosen_by")}
+        if "chosen_by" in f.metadata:  # a tagged union: the class is named by another key
+            hint = f"{_type_name(hint)} chosen by {f.metadata['chosen_by']}"
         bounds = ", ".join(f"{k} {list(v) if isinstance(v, tuple) else v}"
                            for k, v in rules.items())
         default = "" if f.name not in defaults or f.metadata.get("unset") else \

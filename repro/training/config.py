@@ -38,9 +38,12 @@ class TrainConfig:
     algorithm: str = field(default="dfpo", metadata={
         "help": f"Objective, a name in repro.objectives' registry: {', '.join(algorithm_names())}."
     })
-    objective: dict[str, Any] = field(
-        default_factory=dict,
-        metadata={"help": "Overrides of the algorithm's config, e.g. {transform: orth_proj}."},
+    objective: LossConfig = field(  # given as a mapping of overrides (YAML, KEY=VALUE)
+        default_factory=dict,  # type: ignore[arg-type]
+        metadata={"help": "The algorithm's config: the class of `algorithm`'s registry entry, "
+                  "given as overrides of its defaults, e.g. {transform: orth_proj} (a key "
+                  "foreign to that class is refused, named), built once here and handed to the "
+                  "loss.", "chosen_by": "algorithm"},
     )
     tasks: dict[str, float] = field(
         default_factory=lambda: {"synth-aime": 1.0},
@@ -176,10 +179,7 @@ class TrainConfig:
 
         check_scalar_types(self)
         need(bool(self.model), "model", "must name an SFT checkpoint or model")
-        try:  # built once, here: the engines hand this very object to the loss
-            self._loss = make_config(self.algorithm, **self.objective)
-        except ValueError as err:
-            raise ValueError(f"TrainConfig.algorithm/objective: {err}") from None
+        self._objective_keys = self._build_objective()
         from repro.benchmarks import benchmark_names
 
         known = benchmark_names()
@@ -232,7 +232,7 @@ class TrainConfig:
             check_trl_args(self.trl_args)
             need(self.behaviour_logprobs == "trainer", "behaviour_logprobs",
                  "must be 'trainer' with engine=trl (the sampler's log-probs are not wired in)")
-            objective = self.loss_config()
+            objective = self.objective
             if (objective.loss_agg_mode == "seq-mean-token-sum-norm"
                     and objective.loss_norm_length is None):
                 raise ValueError("TrainConfig.objective.loss_norm_length must be set for "
@@ -244,13 +244,35 @@ class TrainConfig:
         t_b = self.behaviour_temperature
         return self.temperature if t_b is None else t_b
 
-    def loss_config(self) -> LossConfig:
-        """The objective as its config dataclass (`algorithm` with the `objective` overrides),
-        built once with this config; `objective` stays the overrides, as the YAML spells them."""
-        return self._loss
+    def _build_objective(self) -> tuple[str, ...] | None:
+        """`objective` given as overrides becomes `algorithm`'s config class, built once here:
+        the engines hand this very object to the loss. Returns the keys given (None: a built
+        config was given), which `to_dict` writes back as the YAML spelled them."""
+        given = self.objective
+        if isinstance(given, LossConfig):
+            if given.name != self.algorithm:
+                raise ValueError(f"TrainConfig.objective is a {type(given).__name__} "
+                                 f"({given.name!r}), not a config of algorithm "
+                                 f"{self.algorithm!r}")
+            return None
+        try:
+            self.objective = make_config(self.algorithm, **given)
+        except ValueError as err:
+            raise ValueError(f"TrainConfig.algorithm/objective: {err}") from None
+        return tuple(given)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field as YAML spells it; `objective` as it was given (its overrides), so a run's
+        config.yaml and identity stay what they were."""
+        out = dataclasses.asdict(self)
+        keys = self._objective_keys  # None (a built config given): the fields off default
+        if keys is None:
+            defaults = field_defaults(type(self.objective))
+            keys = tuple(k for k, v in out["objective"].items() if v != defaults.get(k))
+        out["objective"] = {k: out["objective"][k] for k in keys}
+        out["objective"] = {k: list(v) if isinstance(v, tuple) else v
+                            for k, v in out["objective"].items()}
+        return out
 
 
 _SCALARS: dict[Any, tuple[type, ...]] = {int: (int,), float: (int, float), str: (str,),
@@ -305,8 +327,9 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def check_train_fields(data: dict[str, Any], where: str = "") -> None:
-    """Keys and value types of a TrainConfig mapping, `objective` against its algorithm's config."""
-    check_fields(TrainConfig, data, where)
+    """Keys and value types of a TrainConfig mapping, `objective` against its algorithm's config
+    (the config class that `algorithm` chooses: a foreign key is refused, named)."""
+    check_fields(TrainConfig, {k: v for k, v in data.items() if k != "objective"}, where)
     algorithm = data.get("algorithm", field_defaults(TrainConfig)["algorithm"])
     check_fields(get_algorithm(algorithm).config_cls, data.get("objective", {}),
                  f"{where}objective: ")
