@@ -42,6 +42,7 @@ class Jobs:
         self.final = frac_label(max(config["eval"]["fractions"]))
         self.main_g = int(config["train"]["group_size"])
         self.main_p = int(config["train"]["prompts_per_step"])
+        self._run_configs: dict[tuple[str, ...], dict] = {}  # run_config's, by run
 
     @functools.cached_property
     def lock(self) -> dict | None:
@@ -231,7 +232,14 @@ class Jobs:
     def run_config(self, wildcards: Any) -> dict:
         """The resolved TrainConfig of one run (written to its config.yaml): every field,
         defaults included, so a changed dataclass default reruns the runs it changes, like a
-        config value."""
+        config value. Built once per run in this process (the parse-time check and the rule's
+        params read the same one)."""
+        key = tuple(str(getattr(wildcards, k)) for k in ("algo", "model", "group_size", "seed"))
+        if key not in self._run_configs:
+            self._run_configs[key] = self._build_run_config(wildcards)
+        return self._run_configs[key]
+
+    def _build_run_config(self, wildcards: Any) -> dict:
         from repro.training.config import TrainConfig
 
         entry = self.config["algorithms"][wildcards.algo]

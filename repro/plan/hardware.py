@@ -30,7 +30,7 @@ class EvalLayout:
     gpus: int = setting(0, "GPUs of an evaluation job (one node; vLLM tensor parallel over all "
                         "of them).", min=0)
     tokens_per_s: float = setting(
-        2000.0, "Generation throughput of one evaluation job, tokens per second: an estimate "
+        2000, "Generation throughput of one evaluation job, tokens per second: an estimate "
         "the planner turns into the job's walltime (response budget x samples / this); replace "
         "it with the rate a first evaluation job logs.", exclusive_min=0)
 
@@ -48,9 +48,9 @@ class Hardware:
 
     gpu_type: str | None = setting(
         None, "GRES GPU type (site-specific, e.g. h200): gres gpu:TYPE:N; null: gpu:N.")
-    gpu_memory_gb: float = setting(141.0, "Memory of one GPU, GB (1e9 bytes); H200 141.",
+    gpu_memory_gb: float = setting(141, "Memory of one GPU, GB (1e9 bytes); H200 141.",
                                    exclusive_min=0)
-    host_memory_gb: float = setting(900.0, "Host memory a train job may use per node, GB (the "
+    host_memory_gb: float = setting(900, "Host memory a train job may use per node, GB (the "
                                     "profile's mem_mb per node).", exclusive_min=0)
     prompt_tokens: int = setting(
         2048, "Longest prompt, tokens: the planner sizes every sequence at this plus the "
