@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 import repro.pipeline.config as pipeline_config
 import repro.training.config as train_config
 from repro.cli_fields import config_options
-from repro.config_fields import field_defaults, setting
+from repro.config_bounds import setting
+from repro.config_fields import field_defaults
 from repro.pipeline import schema
 from repro.pipeline.config import ReportSection
 from repro.theory.config import TheoryConfig

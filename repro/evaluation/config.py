@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro.config_fields import check_bounds, check_fields
+from repro.config_bounds import check_bounds
+from repro.config_fields import check_fields
 from repro.generation.base import SamplingConfig
 
 RESOLVED_FILE = "resolved.yaml"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from repro.config_fields import check_bounds, setting
+from repro.config_bounds import check_bounds, setting
 from repro.generation.streams import default_keys
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from repro.config_fields import like, setting
+from repro.config_bounds import like, setting
 from repro.evaluation.config import EvalConfig, SamplingOverrides
 from repro.plan.hardware import Hardware
 from repro.reporting.study import Study

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from repro.config_fields import setting
+from repro.config_bounds import setting
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from repro.config_fields import check_bounds
+from repro.config_bounds import check_bounds
 
 # The SFT starting point is evaluated once per model as algo=init/model=M/seed=S/frac=0.0/...
 # (no group_size): a pipeline convention.

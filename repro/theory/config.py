@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from repro.config_fields import check_bounds, setting
+from repro.config_bounds import check_bounds, setting
 from repro.objectives.base import require
 
 VOCAB = 8  # tokens of the tabular task (repro.theory.policy); bounds template_prob below
