@@ -250,3 +250,20 @@ def test_the_paper_presets_evaluations_run_vllm_at_avg_at_32_with_the_lock(tmp_p
     assert "max_new_tokens" not in cfg["sampling"]  # each benchmark's own budget, not 64
     assert Jobs(resolved("paper-qwen3-32b.yaml") | {"data_lock": str(tmp_path / "none")}
                 ).eval_config(_eval_wildcards(jobs))["lock"] is None
+
+
+def test_each_runs_objective_is_built_once_in_the_parse_process(monkeypatch):
+    """The parse-time check and the run_config rule's params read one TrainConfig per run, so
+    its objective (a DFPOConfig for DFPO's labels) is built once per run in this process."""
+    from repro.training import config as config_module
+
+    built: list[tuple] = []
+    real = config_module.make_config
+    monkeypatch.setattr(config_module, "make_config",
+                        lambda *a, **kw: built.append(a) or real(*a, **kw))
+    jobs = Jobs(resolved())
+    jobs.check_run_configs()
+    keys = ("algo", "model", "group_size", "seed")
+    for run in jobs.run_keys():  # the rule's params, once or more per job
+        jobs.run_config(SimpleNamespace(**{k: run[k] for k in keys}))
+    assert len(built) == len({tuple(run[k] for k in keys) for run in jobs.run_keys()}) > 0
