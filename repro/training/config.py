@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from repro.config_bounds import check_bounds
 from repro.config_fields import check_fields, field_defaults
 from repro.objectives import LossConfig, algorithm_names, get_algorithm, make_config
 from repro.objectives.advantages import SCALES
@@ -60,7 +61,7 @@ class TrainConfig:
         default=0, metadata={"help": "Run seed: prompt stream, sampling, minibatch order."}
     )
     prompts_per_step: int = field(
-        default=8, metadata={"help": "P: prompts (groups) per rollout batch."}
+        default=8, metadata={"min": 1, "help": "P: prompts (groups) per rollout batch."}
     )
     group_size: int = field(default=8, metadata={"help": "G: responses per prompt."})
     minibatches: int = field(
@@ -70,7 +71,8 @@ class TrainConfig:
     )
     epochs: int = field(
         default=1,
-        metadata={"help": "Passes over each rollout batch, each pass K minibatch updates on a "
+        metadata={"min": 1,
+                  "help": "Passes over each rollout batch, each pass K minibatch updates on a "
                   "fresh permutation of the groups, logp_old fixed from before the first (TRL's "
                   "num_iterations, verl's ppo_epochs): minibatch reuse, a realistic off-policy "
                   "source. engine=trl: num_iterations, whose passes repeat pass 1's minibatches "
@@ -86,7 +88,8 @@ class TrainConfig:
     )
     staleness: int = field(
         default=0,
-        metadata={"help": "d: the rollout of step t is sampled by the policy of d rollout steps "
+        metadata={"min": 0,
+                  "help": "d: the rollout of step t is sampled by the policy of d rollout steps "
                   "earlier (its weights at the start of step t - d; the start's for t <= d), "
                   "which also gives logp_old, as one-step-off (d = 1) and d = 2 asynchronous "
                   "trainers run: a realistic off-policy source. The last d policies' weights "
@@ -94,7 +97,8 @@ class TrainConfig:
                   "0 = on-policy rollouts. Both engines (trl: HF generate on one process; "
                   "repro.training.behaviour)."},
     )
-    max_new_tokens: int = field(default=64, metadata={"help": "Response budget per sample."})
+    max_new_tokens: int = field(default=64, metadata={"min": 1,
+                                                      "help": "Response budget per sample."})
     temperature: float = field(
         default=1.0,
         metadata={"help": "Rollout sampling temperature; log-probs use logits / T."},
@@ -118,7 +122,7 @@ class TrainConfig:
     advantage_scale: str = field(
         default="group", metadata={"help": f"Advantage scaling, {SCALES}."}
     )
-    lr: float = field(default=5e-5, metadata={
+    lr: float = field(default=5e-5, metadata={"exclusive_min": 0,
         "help": "AdamW learning rate (constant). Chosen for the tiny default on train reward "
                 "(gspo and dfpo_min, seeds 0-1): at 2e-4 the reward fell over 40 steps, at 5e-5 "
                 "it rose."})
@@ -135,17 +139,18 @@ class TrainConfig:
                   "objective's diagnostics); null = the model config's own "
                   "(router_aux_loss_coef, 0.001 for Qwen3-Next-80B), 0 = off. Both engines."},
     )
-    steps: int = field(default=40, metadata={"help": "Rollout batches (steps) to train."})
+    steps: int = field(default=40, metadata={"min": 1, "help": "Rollout batches (steps) to train."})
     token_budget: int | None = field(
         default=None,
         metadata={"help": "Stop once this many tokens were generated (compute-matched)."},
     )
     checkpoint_every: int = field(
-        default=10, metadata={"help": "Checkpoint every N steps (0 = off)."}
+        default=10, metadata={"min": 0, "help": "Checkpoint every N steps (0 = off)."}
     )
     keep_checkpoints: int = field(
         default=0,
-        metadata={"help": "Keep only the N newest checkpoints, plus the budget-fraction ones "
+        metadata={"min": 0,
+                  "help": "Keep only the N newest checkpoints, plus the budget-fraction ones "
                           "the export needs (0 = keep all)."},
     )
     checkpoint_fractions: list[float] = field(
@@ -154,10 +159,10 @@ class TrainConfig:
                   "used.", "items": {"exclusive_min": 0, "max": 1}},
     )
     probe_n: int = field(
-        default=16, metadata={"help": "Probe prompts for logodds_drift / kl_template."}
+        default=16, metadata={"min": 1, "help": "Probe prompts for logodds_drift / kl_template."}
     )
     logprob_chunk: int = field(
-        default=1024, metadata={"help": "Rows per lm_head chunk in log-prob passes."}
+        default=1024, metadata={"min": 1, "help": "Rows per lm_head chunk in log-prob passes."}
     )
     engine: str = field(
         default="native",
@@ -185,18 +190,15 @@ class TrainConfig:
         known = benchmark_names()
         need(bool(self.tasks) and set(self.tasks) <= set(known) and min(self.tasks.values()) > 0,
              "tasks", f"must map names in {known} to positive weights")
-        for name in ("prompts_per_step", "max_new_tokens", "steps", "probe_n", "logprob_chunk"):
-            need(getattr(self, name) >= 1, name, "must be >= 1")
+        check_bounds(self)  # each field's own bounds (metadata), the reference's too
         need(self.group_size >= 2, "group_size", "must be >= 2 (a group needs a baseline)")
         need(self.minibatches >= 1 and self.prompts_per_step % self.minibatches == 0, "minibatches",
              f"must be >= 1 and divide prompts_per_step={self.prompts_per_step}")
-        need(self.epochs >= 1, "epochs", "must be >= 1")
         need(self.sampler_dtype in (None, "bfloat16"), "sampler_dtype", "must be null or bfloat16")
         vllm = self.engine == "trl" and bool(self.trl_args.get("use_vllm"))
         need(not vllm or self.sampler_dtype is None, "sampler_dtype", "does not drive a vLLM "
              "sampler (trl_args.use_vllm: vLLM's own dtype samples; set vllm_importance_sampling_"
              "correction there) but the trainer's HF generate")
-        need(self.staleness >= 0, "staleness", "must be >= 0")
         need(not vllm or self.staleness == 0, "staleness", "does not delay a vLLM sampler's "
              "weight sync (trl_args.use_vllm) but swaps the weights the trainer's HF generate "
              "samples with")
@@ -215,15 +217,12 @@ class TrainConfig:
              "accounted for in the log-probs)")
         need(self.top_k == 0, "top_k", "must be 0 in training (truncated sampling is not "
              "accounted for in the log-probs)")
-        need(self.lr > 0, "lr", "must be > 0")
         need(self.router_aux_loss_coef is None or self.router_aux_loss_coef >= 0,
              "router_aux_loss_coef", "must be >= 0 or null")
         need(self.kl_coef >= 0 and self.grad_clip >= 0 and self.weight_decay >= 0, "kl_coef",
              "kl_coef, grad_clip and weight_decay must be >= 0")
         need(self.token_budget is None or self.token_budget > 0, "token_budget",
              "must be > 0 or None")
-        need(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0")
-        need(self.keep_checkpoints >= 0, "keep_checkpoints", "must be >= 0")
         need(all(0 < f <= 1 for f in self.checkpoint_fractions), "checkpoint_fractions",
              "must lie in (0, 1]")
         need(self.engine in ENGINES, "engine", f"must be one of {ENGINES}")
