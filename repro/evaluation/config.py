@@ -52,7 +52,7 @@ class _Overrides:
 # Every SamplingConfig field the run does not set, optional: the same types, help and bounds.
 SamplingOverrides = dataclasses.make_dataclass(
     "SamplingOverrides",
-    [(f.name, f.type + " | None",
+    [(f.name, f"{f.type} | None" if isinstance(f.type, str) else f.type | None,
       dataclasses.field(default=None, metadata=f.metadata | {"unset": True}))  # no default
      for f in dataclasses.fields(SamplingConfig) if f.name in SAMPLING_KEYS],
     bases=(_Overrides,), frozen=True,
