@@ -3,8 +3,11 @@
 One generic check for every place a user writes config (the pipeline's `train:`,
 `algorithms.*.objective` and `models.*.sft` at Snakemake parse time, `repro train`/`repro sft`
 KEY=VALUE): it reads the dataclass's fields and type hints, so a new field is covered the day it
-is added. Range rules stay in each dataclass's `__post_init__`; this check only makes sure a
-typo or a wrong type is a one-line error naming the key before any compute.
+is added. This check only makes sure a typo or a wrong type is a one-line error naming the key
+before any compute.
+
+A field's simple bounds live in its metadata beside its help (repro/config_bounds.py);
+rules between fields stay in each dataclass's `__post_init__`.
 """
 
 from __future__ import annotations

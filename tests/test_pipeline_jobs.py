@@ -268,7 +268,7 @@ def test_an_evaluations_resolved_config_is_config_eval_and_its_job():
                                                        EVAL_THREADS)
     assert cfg.benchmarks == jobs.config["eval"]["benchmarks"] and cfg.split
     assert (cfg.k, cfg.limit, cfg.engine, cfg.batch_size) == (3, 7, "auto", 32)
-    assert cfg.sampling == {k: v for k, v in sampling.items() if v is not None}
+    assert cfg.sampling.given() == {k: v for k, v in sampling.items() if v is not None}
     start = EvalConfig(**jobs.init_eval_config(SimpleNamespace(model="tiny", seed=4)))
     assert (start.model, start.checkpoint, start.seed) == (jobs.start_policy("tiny"), "init", 4)
     assert str(start.out) == jobs.layout.init_dir.format(model="tiny", seed=4)
@@ -284,3 +284,20 @@ def test_the_paper_presets_evaluations_run_vllm_at_avg_at_32_with_the_lock(tmp_p
     assert "max_new_tokens" not in cfg["sampling"]  # each benchmark's own budget, not 64
     assert Jobs(resolved("paper-qwen3-32b.yaml") | {"data_lock": str(tmp_path / "none")}
                 ).eval_config(_eval_wildcards(jobs))["lock"] is None
+
+
+def test_each_runs_objective_is_built_once_in_the_parse_process(monkeypatch):
+    """The parse-time check and the run_config rule's params read one TrainConfig per run, so
+    its objective (a DFPOConfig for DFPO's labels) is built once per run in this process."""
+    from repro.training import config as config_module
+
+    built: list[tuple] = []
+    real = config_module.make_config
+    monkeypatch.setattr(config_module, "make_config",
+                        lambda *a, **kw: built.append(a) or real(*a, **kw))
+    jobs = Jobs(resolved())
+    jobs.check_run_configs()
+    keys = ("algo", "model", "group_size", "seed")
+    for run in jobs.run_keys():  # the rule's params, once or more per job
+        jobs.run_config(SimpleNamespace(**{k: run[k] for k in keys}))
+    assert len(built) == len({tuple(run[k] for k in keys) for run in jobs.run_keys()}) > 0

@@ -171,7 +171,7 @@ loss, _ = policy_loss(make_config("throwaway", scale=2.0),
                       Minibatch(logp, logp.detach(), mask, adv, group))
 assert abs(float(loss) - (-2.0 * float(adv.sum()) * 5 / 15)) < 1e-12, float(loss)
 cfg = load_train_config(None, ["model=m", "algorithm=throwaway", "objective.scale=2.0"])
-assert cfg.loss_config().scale == 2.0
+assert cfg.objective.scale == 2.0
 try:
     load_train_config(None, ["model=m", "algorithm=throwaway", "objective.bogus=1"])
 except ValueError as err:

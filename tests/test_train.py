@@ -204,7 +204,8 @@ def test_config_errors_name_the_field(tmp_path):
                        match=r"train.yaml: unknown TrainConfig key\(s\) \['learning_rate'\]"):
         load_train_config(bad, [])
     cfg = load_train_config(None, ["model=m", "objective.transform=orth_proj", "steps=7"])
-    assert cfg.objective == {"transform": "orth_proj"} and cfg.steps == 7
+    assert cfg.objective.transform == "orth_proj" and cfg.steps == 7
+    assert cfg.to_dict()["objective"] == {"transform": "orth_proj"}  # as given
     cfg = load_train_config(None, ["model=m", "lr=5e-5", "grad_clip=1E-2", "algorithm=gspo"])
     assert cfg.lr == 5e-5 and cfg.grad_clip == 0.01  # YAML 1.1 alone would read strings
 

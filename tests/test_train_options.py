@@ -93,8 +93,9 @@ def test_behaviour_temperature_is_refused_outside_the_native_engine(tiny_model):
 
 
 def test_the_objective_is_built_once_and_handed_to_the_loss(monkeypatch):
-    """TrainConfig builds its objective's dataclass once; loss_config() returns that object (no
-    dict round trip or rebuild on the way to the engines), equal to a fresh make_config."""
+    """TrainConfig builds its objective's dataclass once; `objective` is that object (no dict
+    round trip or rebuild on the way to the engines), equal to a fresh make_config; to_dict
+    writes the overrides as given (a run's config.yaml)."""
     from repro.objectives import make_config
     from repro.training import config as config_module
 
@@ -103,7 +104,10 @@ def test_the_objective_is_built_once_and_handed_to_the_loss(monkeypatch):
                         lambda *a, **kw: built.append(a) or make_config(*a, **kw))
     cfg = TrainConfig(model="m", algorithm="dfpo", engine="trl",
                       objective={"transform": "orth_proj", "sequence_ratio": "product"})
-    first = cfg.loss_config()
-    assert cfg.loss_config() is first and len(built) == 1
+    first = cfg.objective
+    assert len(built) == 1
     assert first == make_config("dfpo", transform="orth_proj", sequence_ratio="product")
-    assert first.sequence_ratio == "product" and cfg.to_dict()["objective"] == cfg.objective
+    assert first.sequence_ratio == "product"
+    assert cfg.to_dict()["objective"] == {"transform": "orth_proj", "sequence_ratio": "product"}
+    again = TrainConfig(**cfg.to_dict())
+    assert again == cfg and again.to_dict() == cfg.to_dict()

@@ -115,7 +115,7 @@ def step_context(cfg: TrainConfig, policy: str | Path) -> tuple[StepContext, Pro
     stream, probes = prompts_and_probes(cfg, tok)
     rewarder = Rewarder({stream.specs[n].kind for n in stream.names})
     engine = HFEngine(model, tok, batch_size=cfg.prompts_per_step)
-    ctx = StepContext(cfg, model, tok, ref, opt, cfg.loss_config(), stream, rewarder, engine,
+    ctx = StepContext(cfg, model, tok, ref, opt, cfg.objective, stream, rewarder, engine,
                       sum(p.numel() for p in model.parameters()),
                       router_aux_coef(model, cfg.router_aux_loss_coef))
     return ctx, probes

@@ -55,7 +55,7 @@ class ReproGRPOTrainer(DFPOTrainer):
         if kwargs["args"].num_iterations != repro.epochs:
             raise ValueError(f"GRPOConfig.num_iterations={kwargs['args'].num_iterations} must be "
                              f"TrainConfig.epochs={repro.epochs} (passes over each rollout)")
-        super().__init__(*args, objective=repro.loss_config(), **kwargs)
+        super().__init__(*args, objective=repro.objective, **kwargs)
         if self.use_vllm:  # TRL's colocate weight sync fails on vLLM's CPU backend
             from repro.engines.vllm_sync import install_cpu_sync
 

@@ -29,15 +29,6 @@ from repro.results import EVAL_PROBLEMS, EVAL_SAMPLES, write_table
 from repro.results.manifest import check_tree, write_manifest
 
 
-def sampling_for(cfg: EvalConfig, spec: Any) -> SamplingConfig:
-    """The benchmark's sampling, every key of `cfg.sampling` over it, n = k, the run seed."""
-    base = dict(spec.sampling)
-    base.update(cfg.sampling)
-    base["n"] = cfg.k or spec.default_k
-    base["seed"] = cfg.seed
-    return SamplingConfig(**base)
-
-
 @dataclass
 class Prepared:
     """One benchmark, loaded and checked before any model is: problems, sampling, grader."""
@@ -67,7 +58,7 @@ def prepare(cfg: EvalConfig, name: str) -> Prepared:
                                          sha256_pins=pins or None)
     if spec.grader == "code":
         make_grader(spec, cfg)  # CodeGrader checks its sandbox: refuses now if none can start
-    return Prepared(cfg, spec, cfg.out_of(name), problems, provenance, sampling_for(cfg, spec))
+    return Prepared(cfg, spec, cfg.out_of(name), problems, provenance, cfg.sampling_for(spec))
 
 
 def make_grader(spec: Any, cfg: EvalConfig) -> tuple[Any, str]:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from repro.config_bounds import check_bounds, setting
 from repro.generation.streams import default_keys
 
 
@@ -12,27 +13,17 @@ from repro.generation.streams import default_keys
 class SamplingConfig:
     """Sampling parameters; recorded with every result. Defaults: Qwen3 thinking models."""
 
-    temperature: float = field(default=0.6, metadata={"help": "Softmax temperature; 0 = greedy."})
-    top_p: float = field(default=0.95, metadata={"help": "Nucleus sampling mass."})
-    top_k: int = field(default=20, metadata={"help": "Keep the k most likely tokens; 0 = off."})
-    min_p: float = field(default=0.0, metadata={"help": "Drop tokens below min_p * p_max."})
-    max_new_tokens: int = field(default=38912, metadata={"help": "Generation budget per sample."})
-    n: int = field(default=1, metadata={"help": "Samples per prompt (k of avg@k)."})
-    seed: int = field(default=0, metadata={
-        "help": "Run seed; sample j of the prompt keyed K draws from stream (seed, K, j)."})
+    temperature: float = setting(0.6, "Softmax temperature; 0 = greedy.", min=0)
+    top_p: float = setting(0.95, "Nucleus sampling mass.", exclusive_min=0, max=1)
+    top_k: int = setting(20, "Keep the k most likely tokens; 0 = off.", min=0)
+    min_p: float = setting(0.0, "Drop tokens below min_p * p_max.", min=0, exclusive_max=1)
+    max_new_tokens: int = setting(38912, "Generation budget per sample.", exclusive_min=0)
+    n: int = setting(1, "Samples per prompt (k of avg@k).", exclusive_min=0)
+    seed: int = setting(
+        0, "Run seed; sample j of the prompt keyed K draws from stream (seed, K, j).")
 
     def __post_init__(self) -> None:
-        checks = [
-            (self.temperature >= 0, "temperature", "must be >= 0"),
-            (0 < self.top_p <= 1, "top_p", "must be in (0, 1]"),
-            (self.top_k >= 0, "top_k", "must be >= 0"),
-            (0 <= self.min_p < 1, "min_p", "must be in [0, 1)"),
-            (self.max_new_tokens > 0, "max_new_tokens", "must be > 0"),
-            (self.n > 0, "n", "must be > 0"),
-        ]
-        for ok, name, rule in checks:
-            if not ok:
-                raise ValueError(f"SamplingConfig.{name} {rule}, got {getattr(self, name)!r}")
+        check_bounds(self)  # the bounds of the fields above, also the schema's (eval.sampling)
 
     def as_record(self) -> dict[str, Any]:
         return asdict(self)

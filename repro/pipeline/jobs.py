@@ -42,6 +42,7 @@ class Jobs:
         self.final = frac_label(max(config["eval"]["fractions"]))
         self.main_g = int(config["train"]["group_size"])
         self.main_p = int(config["train"]["prompts_per_step"])
+        self._run_configs: dict[tuple[str, ...], dict] = {}  # run_config's, by run
 
     @functools.cached_property
     def lock(self) -> dict | None:
@@ -231,7 +232,14 @@ class Jobs:
     def run_config(self, wildcards: Any) -> dict:
         """The resolved TrainConfig of one run (written to its config.yaml): every field,
         defaults included, so a changed dataclass default reruns the runs it changes, like a
-        config value."""
+        config value. Built once per run in this process (the parse-time check and the rule's
+        params read the same one)."""
+        key = tuple(str(getattr(wildcards, k)) for k in ("algo", "model", "group_size", "seed"))
+        if key not in self._run_configs:
+            self._run_configs[key] = self._build_run_config(wildcards)
+        return self._run_configs[key]
+
+    def _build_run_config(self, wildcards: Any) -> dict:
         from repro.training.config import TrainConfig
         from repro.training.sources import label_knobs
 
@@ -301,8 +309,9 @@ class Jobs:
                 data_dir=e["data_dir"],
                 lock=None if self.lock is None else self.config["data_lock"],
                 engine=e["engine"], batch_size=e["batch_size"], workers=EVAL_THREADS,
-                # null: each benchmark's own (a preset undoing the default's override)
-                sampling={k: v for k, v in e["sampling"].items() if v is not None}, **job,
+                # null: each benchmark's own (a preset undoing the default's override), as
+                # SamplingOverrides.of reads it
+                sampling=e["sampling"], **job,
             ).to_dict()
         except ValueError as err:
             raise ValueError(f"config: eval of {job['out']}: {err}") from None

@@ -56,8 +56,10 @@ def eval_tokens(config: dict[str, Any]) -> int:
     """Response tokens one evaluation job generates at most: problems x k x token budget,
     summed over the evaluated benchmarks."""
     from repro.benchmarks import get_benchmark
+    from repro.evaluation.config import SamplingOverrides
 
     e, total = config["eval"], 0
+    overrides = SamplingOverrides.of(e["sampling"])
     for name in e["benchmarks"]:
         spec = get_benchmark(name)
         count = spec.expected_count or spec.n
@@ -66,8 +68,8 @@ def eval_tokens(config: dict[str, Any]) -> int:
         if not count:
             raise PlanRefusal(f"config eval.limit: benchmark {name} declares no size; set a "
                               "limit so the planner can size the evaluation")
-        budget = e["sampling"].get("max_new_tokens") or spec.sampling["max_new_tokens"]
-        total += count * (e["k"] or spec.default_k) * int(budget)
+        sampling = overrides.over(spec.sampling, e["k"] or spec.default_k, 0)  # the eval's rule
+        total += count * sampling.n * sampling.max_new_tokens
     return total
 
 

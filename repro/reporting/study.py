@@ -13,14 +13,16 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from repro.config_bounds import check_bounds
+
 # The SFT starting point is evaluated once per model as algo=init/model=M/seed=S/frac=0.0/...
 # (no group_size): a pipeline convention.
 INIT_ALGO = "init"
 INIT_FRAC = 0.0
 
 
-def _setting(default: Any, help_text: str) -> Any:
-    return field(default=default, metadata={"help": help_text})
+def _setting(default: Any, help_text: str, **bounds: Any) -> Any:
+    return field(default=default, metadata={"help": help_text, **bounds})
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,8 @@ class Study:
     )
     threshold: float = _setting(0.35, "κ: smoothed train reward counted as reached (compute); "
                                 "0.35 on the tiny scale, the paper's 0.70 is for Qwen3-32B.")
-    smooth_window: int = _setting(5, "Trailing window (steps) of train curves and final reward.")
+    smooth_window: int = _setting(5, "Trailing window (steps) of train curves and final reward.",
+                                  min=1)
     final_frac: float = _setting(1.0, "Share of the training budget of the checkpoint compared.")
 
     def __post_init__(self) -> None:
@@ -55,7 +58,7 @@ class Study:
         need(not self.group_algos or self.baseline in self.group_algos, "group_algos",
              f"must include the baseline {self.baseline!r} (Δ is against it)")
         need(self.main_group_size >= 2, "main_group_size", "must be >= 2")
-        need(self.smooth_window >= 1, "smooth_window", "must be >= 1")
+        check_bounds(self, spell=lambda name: f"study setting {name}")
         need(0 < self.final_frac <= 1, "final_frac", "must lie in (0, 1]")
 
     def to_config(self) -> dict[str, Any]:

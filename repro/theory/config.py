@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from repro.config_bounds import check_bounds, setting
 from repro.objectives.base import require
 
 VOCAB = 8  # tokens of the tabular task (repro.theory.policy); bounds template_prob below
@@ -18,14 +19,12 @@ VOCAB = 8  # tokens of the tabular task (repro.theory.policy); bounds template_p
 class TheoryConfig:
     """Budget and task knobs of the tabular experiment (identical for every algorithm)."""
 
-    steps: int = field(default=60, metadata={"help": "Rollout batches per algorithm and seed."})
-    seed: int = field(default=0, metadata={"help": "First seed; seeds are seed..seed+n_seeds-1."})
-    n_seeds: int = field(default=3, metadata={"help": "Independent runs per algorithm."})
-    groups: int = field(default=4, metadata={"help": "Groups per rollout batch (one prompt)."})
+    steps: int = setting(60, "Rollout batches per algorithm and seed.", min=1)
+    seed: int = setting(0, "First seed; seeds are seed..seed+n_seeds-1.", min=0)
+    n_seeds: int = setting(3, "Independent runs per algorithm.", min=1)
+    groups: int = setting(4, "Groups per rollout batch (one prompt).", min=1)
     group_size: int = field(default=8, metadata={"help": "Responses per group (G)."})
-    updates: int = field(
-        default=4, metadata={"help": "SGD updates per rollout batch (K); s != 1 from the 2nd."}
-    )
+    updates: int = setting(4, "SGD updates per rollout batch (K); s != 1 from the 2nd.", min=1)
     lr: float = field(default=1.0, metadata={"help": "SGD learning rate on the logit table."})
     template_prob: float = field(
         default=0.97,
@@ -33,9 +32,7 @@ class TheoryConfig:
     )
 
     def __post_init__(self) -> None:
-        for name in ("steps", "n_seeds", "groups", "updates"):
-            require(getattr(self, name) >= 1, self, name, "must be >= 1")
-        require(self.seed >= 0, self, "seed", "must be >= 0")
+        check_bounds(self)
         require(self.group_size >= 2, self, "group_size", "must be >= 2 (a group needs a baseline)")
         require(math.isfinite(self.lr) and self.lr > 0, self, "lr", "must be finite and > 0")
         require(

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from repro.config_bounds import check_bounds
 from repro.config_fields import check_fields, field_defaults
 from repro.objectives import LossConfig, algorithm_names, get_algorithm, make_config
 from repro.objectives.advantages import SCALES
@@ -34,9 +35,12 @@ class TrainConfig:
     algorithm: str = field(default="dfpo", metadata={
         "help": f"Objective, a name in repro.objectives' registry: {', '.join(algorithm_names())}."
     })
-    objective: dict[str, Any] = field(
-        default_factory=dict,
-        metadata={"help": "Overrides of the algorithm's config, e.g. {transform: orth_proj}."},
+    objective: LossConfig = field(  # given as a mapping of overrides (YAML, KEY=VALUE)
+        default_factory=dict,  # type: ignore[arg-type]
+        metadata={"help": "The algorithm's config: the class of `algorithm`'s registry entry, "
+                  "given as overrides of its defaults, e.g. {transform: orth_proj} (a key "
+                  "foreign to that class is refused, named), built once here and handed to the "
+                  "loss.", "chosen_by": "algorithm"},
     )
     tasks: dict[str, float] = field(
         default_factory=lambda: {"synth-aime": 1.0},
@@ -53,7 +57,7 @@ class TrainConfig:
         default=0, metadata={"help": "Run seed: prompt stream, sampling, minibatch order."}
     )
     prompts_per_step: int = field(
-        default=8, metadata={"help": "P: prompts (groups) per rollout batch."}
+        default=8, metadata={"min": 1, "help": "P: prompts (groups) per rollout batch."}
     )
     group_size: int = field(default=8, metadata={"help": "G: responses per prompt."})
     minibatches: int = field(
@@ -63,7 +67,8 @@ class TrainConfig:
     )
     epochs: int = field(
         default=1,
-        metadata={"help": "Passes over each rollout batch, each pass K minibatch updates on a "
+        metadata={"min": 1,
+                  "help": "Passes over each rollout batch, each pass K minibatch updates on a "
                   "fresh permutation of the groups, logp_old fixed from before the first (TRL's "
                   "num_iterations, verl's ppo_epochs): minibatch reuse, a realistic off-policy "
                   "source. engine=trl: num_iterations, whose passes repeat pass 1's minibatches "
@@ -79,7 +84,8 @@ class TrainConfig:
     )
     staleness: int = field(
         default=0,
-        metadata={"help": "d: the rollout of step t is sampled by the policy of d rollout steps "
+        metadata={"min": 0,
+                  "help": "d: the rollout of step t is sampled by the policy of d rollout steps "
                   "earlier (its weights at the start of step t - d; the start's for t <= d), "
                   "which also gives logp_old, as one-step-off (d = 1) and d = 2 asynchronous "
                   "trainers run: a realistic off-policy source. The last d policies' weights "
@@ -87,7 +93,8 @@ class TrainConfig:
                   "0 = on-policy rollouts. Both engines (trl: HF generate on one process; "
                   "repro.training.behaviour)."},
     )
-    max_new_tokens: int = field(default=64, metadata={"help": "Response budget per sample."})
+    max_new_tokens: int = field(default=64, metadata={"min": 1,
+                                                      "help": "Response budget per sample."})
     temperature: float = field(
         default=1.0,
         metadata={"help": "Rollout sampling temperature; log-probs use logits / T."},
@@ -111,7 +118,7 @@ class TrainConfig:
     advantage_scale: str = field(
         default="group", metadata={"help": f"Advantage scaling, {SCALES}."}
     )
-    lr: float = field(default=5e-5, metadata={
+    lr: float = field(default=5e-5, metadata={"exclusive_min": 0,
         "help": "AdamW learning rate (constant). Chosen for the tiny default on train reward "
                 "(gspo and dfpo_min, seeds 0-1): at 2e-4 the reward fell over 40 steps, at 5e-5 "
                 "it rose."})
@@ -128,29 +135,30 @@ class TrainConfig:
                   "objective's diagnostics); null = the model config's own "
                   "(router_aux_loss_coef, 0.001 for Qwen3-Next-80B), 0 = off. Both engines."},
     )
-    steps: int = field(default=40, metadata={"help": "Rollout batches (steps) to train."})
+    steps: int = field(default=40, metadata={"min": 1, "help": "Rollout batches (steps) to train."})
     token_budget: int | None = field(
         default=None,
         metadata={"help": "Stop once this many tokens were generated (compute-matched)."},
     )
     checkpoint_every: int = field(
-        default=10, metadata={"help": "Checkpoint every N steps (0 = off)."}
+        default=10, metadata={"min": 0, "help": "Checkpoint every N steps (0 = off)."}
     )
     keep_checkpoints: int = field(
         default=0,
-        metadata={"help": "Keep only the N newest checkpoints, plus the budget-fraction ones "
+        metadata={"min": 0,
+                  "help": "Keep only the N newest checkpoints, plus the budget-fraction ones "
                           "the export needs (0 = keep all)."},
     )
     checkpoint_fractions: list[float] = field(
         default_factory=lambda: [0.5, 1.0],
         metadata={"help": "Also checkpoint when this share of the budget (steps or tokens) is "
-                  "used."},
+                  "used.", "items": {"exclusive_min": 0, "max": 1}},
     )
     probe_n: int = field(
-        default=16, metadata={"help": "Probe prompts for logodds_drift / kl_template."}
+        default=16, metadata={"min": 1, "help": "Probe prompts for logodds_drift / kl_template."}
     )
     logprob_chunk: int = field(
-        default=1024, metadata={"help": "Rows per lm_head chunk in log-prob passes."}
+        default=1024, metadata={"min": 1, "help": "Rows per lm_head chunk in log-prob passes."}
     )
     engine: str = field(
         default="native",
@@ -172,27 +180,21 @@ class TrainConfig:
 
         check_scalar_types(self)
         need(bool(self.model), "model", "must name an SFT checkpoint or model")
-        try:  # built once, here: the engines hand this very object to the loss
-            self._loss = make_config(self.algorithm, **self.objective)
-        except ValueError as err:
-            raise ValueError(f"TrainConfig.algorithm/objective: {err}") from None
+        self._objective_keys = self._build_objective()
         from repro.benchmarks import benchmark_names
 
         known = benchmark_names()
         need(bool(self.tasks) and set(self.tasks) <= set(known) and min(self.tasks.values()) > 0,
              "tasks", f"must map names in {known} to positive weights")
-        for name in ("prompts_per_step", "max_new_tokens", "steps", "probe_n", "logprob_chunk"):
-            need(getattr(self, name) >= 1, name, "must be >= 1")
+        check_bounds(self)  # each field's own bounds (metadata), the reference's too
         need(self.group_size >= 2, "group_size", "must be >= 2 (a group needs a baseline)")
         need(self.minibatches >= 1 and self.prompts_per_step % self.minibatches == 0, "minibatches",
              f"must be >= 1 and divide prompts_per_step={self.prompts_per_step}")
-        need(self.epochs >= 1, "epochs", "must be >= 1")
         need(self.sampler_dtype in (None, "bfloat16"), "sampler_dtype", "must be null or bfloat16")
         vllm = self.engine == "trl" and bool(self.trl_args.get("use_vllm"))
         need(not vllm or self.sampler_dtype is None, "sampler_dtype", "does not drive a vLLM "
              "sampler (trl_args.use_vllm: vLLM's own dtype samples; set vllm_importance_sampling_"
              "correction there) but the trainer's HF generate")
-        need(self.staleness >= 0, "staleness", "must be >= 0")
         need(not vllm or self.staleness == 0, "staleness", "does not delay a vLLM sampler's "
              "weight sync (trl_args.use_vllm) but swaps the weights the trainer's HF generate "
              "samples with")
@@ -211,15 +213,12 @@ class TrainConfig:
              "accounted for in the log-probs)")
         need(self.top_k == 0, "top_k", "must be 0 in training (truncated sampling is not "
              "accounted for in the log-probs)")
-        need(self.lr > 0, "lr", "must be > 0")
         need(self.router_aux_loss_coef is None or self.router_aux_loss_coef >= 0,
              "router_aux_loss_coef", "must be >= 0 or null")
         need(self.kl_coef >= 0 and self.grad_clip >= 0 and self.weight_decay >= 0, "kl_coef",
              "kl_coef, grad_clip and weight_decay must be >= 0")
         need(self.token_budget is None or self.token_budget > 0, "token_budget",
              "must be > 0 or None")
-        need(self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0")
-        need(self.keep_checkpoints >= 0, "keep_checkpoints", "must be >= 0")
         need(all(0 < f <= 1 for f in self.checkpoint_fractions), "checkpoint_fractions",
              "must lie in (0, 1]")
         need(self.engine in ENGINES, "engine", f"must be one of {ENGINES}")
@@ -228,7 +227,7 @@ class TrainConfig:
             check_trl_args(self.trl_args)
             need(self.behaviour_logprobs == "trainer", "behaviour_logprobs",
                  "must be 'trainer' with engine=trl (the sampler's log-probs are not wired in)")
-            objective = self.loss_config()
+            objective = self.objective
             if (objective.loss_agg_mode == "seq-mean-token-sum-norm"
                     and objective.loss_norm_length is None):
                 raise ValueError("TrainConfig.objective.loss_norm_length must be set for "
@@ -240,13 +239,35 @@ class TrainConfig:
         t_b = self.behaviour_temperature
         return self.temperature if t_b is None else t_b
 
-    def loss_config(self) -> LossConfig:
-        """The objective as its config dataclass (`algorithm` with the `objective` overrides),
-        built once with this config; `objective` stays the overrides, as the YAML spells them."""
-        return self._loss
+    def _build_objective(self) -> tuple[str, ...] | None:
+        """`objective` given as overrides becomes `algorithm`'s config class, built once here:
+        the engines hand this very object to the loss. Returns the keys given (None: a built
+        config was given), which `to_dict` writes back as the YAML spelled them."""
+        given = self.objective
+        if isinstance(given, LossConfig):
+            if given.name != self.algorithm:
+                raise ValueError(f"TrainConfig.objective is a {type(given).__name__} "
+                                 f"({given.name!r}), not a config of algorithm "
+                                 f"{self.algorithm!r}")
+            return None
+        try:
+            self.objective = make_config(self.algorithm, **given)
+        except ValueError as err:
+            raise ValueError(f"TrainConfig.algorithm/objective: {err}") from None
+        return tuple(given)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field as YAML spells it; `objective` as it was given (its overrides), so a run's
+        config.yaml and identity stay what they were."""
+        out = dataclasses.asdict(self)
+        keys = self._objective_keys  # None (a built config given): the fields off default
+        if keys is None:
+            defaults = field_defaults(type(self.objective))
+            keys = tuple(k for k, v in out["objective"].items() if v != defaults.get(k))
+        out["objective"] = {k: out["objective"][k] for k in keys}
+        out["objective"] = {k: list(v) if isinstance(v, tuple) else v
+                            for k, v in out["objective"].items()}
+        return out
 
 
 _SCALARS: dict[Any, tuple[type, ...]] = {int: (int,), float: (int, float), str: (str,),
@@ -301,8 +322,9 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def check_train_fields(data: dict[str, Any], where: str = "") -> None:
-    """Keys and value types of a TrainConfig mapping, `objective` against its algorithm's config."""
-    check_fields(TrainConfig, data, where)
+    """Keys and value types of a TrainConfig mapping, `objective` against its algorithm's config
+    (the config class that `algorithm` chooses: a foreign key is refused, named)."""
+    check_fields(TrainConfig, {k: v for k, v in data.items() if k != "objective"}, where)
     algorithm = data.get("algorithm", field_defaults(TrainConfig)["algorithm"])
     check_fields(get_algorithm(algorithm).config_cls, data.get("objective", {}),
                  f"{where}objective: ")
