@@ -318,7 +318,7 @@ def job_spec(config: dict[str, Any], key: str, train: dict[str, Any] | None = No
     arithmetic's own). One full micro-step and step after a short warm one: the steady state
     of accumulation (every sharded gradient and AdamW's state resident), which costs a fake
     trace per op, not per token, so one full-length pass instead of four."""
-    from repro.plan import Hardware
+    from repro.plan.hardware import Hardware
     from repro.plan.memory import step_layout
     from repro.plan.shapes import read_config
 
