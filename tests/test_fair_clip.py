@@ -139,3 +139,12 @@ def test_the_study_presets_fair_gspo_is_the_rule_on_the_committed_pilot(pilot):
 def test_the_results_page_shows_the_pilots_table_as_the_rule_gives_it(pilot):
     page = (ROOT / "docs" / "results.md").read_text()
     assert markdown(fair_clips(pilot, committed("results/offpolicy-pilot/aggregate"))) in page
+
+
+def test_study_4s_fair_gspo_is_the_rule_on_its_committed_pilot():
+    pilot4 = load_config(ROOT / "config" / "config.yaml", [PILOT4])
+    study4 = load_config(ROOT / "config" / "config.yaml",
+                         [ROOT / "config" / "presets" / "offpolicy4-study.yaml"])
+    (clip,) = fair_clips(pilot4, committed("results/offpolicy4-pilot/aggregate"))
+    objective = study4["algorithms"]["gspo_fair-reuse"]["objective"]
+    assert (objective["eps_low"], objective["eps_high"]) == (clip.eps_low, clip.eps_high)
