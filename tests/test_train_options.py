@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from test_train import hashed, small, tiny_model  # noqa: F401  (fixtures)
+from test_train import small, tiny_model  # noqa: F401  (fixtures; `hashed` is conftest.py's)
 from train_helpers import comparable
 
 from repro.engines.registry import train
