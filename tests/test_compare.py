@@ -14,7 +14,7 @@ from test_reporting import write_eval, write_train
 from typer.testing import CliRunner
 
 from repro.cli import app
-from repro.reporting.compare import TOLERANCE, cpu_note
+from repro.reporting.compare import TOLERANCE, cpu_note, folder_free
 from repro.results import manifest as mf
 from repro.results.environment import cpu_model
 
@@ -92,3 +92,17 @@ def test_exact_holds_every_value_but_the_wall_clock_seconds(tmp_path):
     exact = CliRunner().invoke(app, ["compare", str(a), str(moved), "--exact"])
     assert exact.exit_code == 1, exact.output
     assert "train_curves.parquet: grad_norm differs in 3 of 3 rows" in exact.output, exact.output
+
+
+def test_exact_compares_a_runs_policy_path_without_its_results_folder():
+    """Two runs of one preset in other results folders (config `results`) name the same policy;
+    another run, or a shared start model, still differs."""
+    a = ["results/smoke/runs/algo=gspo/model=tiny/group_size=4/seed=1/policy/frac=1.0",
+         "results/models/model=tiny/sft"]
+    b = ["results/smoke-2/runs/algo=gspo/model=tiny/group_size=4/seed=1/policy/frac=1.0",
+         "results/models/model=tiny/sft"]
+    assert folder_free("model", a) == folder_free("model", b)
+    assert folder_free("model", a)[1] == "results/models/model=tiny/sft"
+    other = [b[0].replace("seed=1", "seed=2"), b[1]]
+    assert folder_free("model", a) != folder_free("model", other)
+    assert folder_free("checkpoint", a) == a  # only the policy path column

@@ -76,7 +76,9 @@ def cpus(folder: Path) -> list[str]:
 def _cpu(environment: dict | None) -> str:
     if not environment:
         return "unrecorded"
-    return f"{environment['cpu_model']} ({environment['torch']['cpu_capability']})"
+    torch = environment.get("torch")  # None in a process that never imported torch
+    kernels = torch["cpu_capability"] if torch else "kernels unrecorded"
+    return f"{environment['cpu_model']} ({kernels})"
 
 
 def cpu_note(first: list[str], second: list[str]) -> str:
@@ -126,11 +128,22 @@ def exact_differences(first: Path, second: Path) -> list[str]:
         for column in a.column_names:
             if column in WALL_CLOCK:
                 continue
-            rows = sum(not _same(x, y) for x, y in zip(a[column].to_pylist(),
-                                                       b[column].to_pylist(), strict=True))
+            rows = sum(not _same(x, y) for x, y in zip(folder_free(column, a[column].to_pylist()),
+                                                       folder_free(column, b[column].to_pylist()),
+                                                       strict=True))
             if rows:
                 lines.append(f"{name}: {column} differs in {rows} of {a.num_rows} rows")
     return lines
+
+
+def folder_free(column: str, values: list) -> list:
+    """A run's `model` is its policy's path, which starts with the results folder (config
+    `results`): cut to the part from `runs/` on, so a rerun of one preset into another folder
+    compares equal (shared start models, `results/models/...`, stay whole)."""
+    if column != "model":
+        return values
+    return [f"runs/{v.split('/runs/', 1)[1]}" if isinstance(v, str) and "/runs/" in v else v
+            for v in values]
 
 
 def _same(x: object, y: object) -> bool:
