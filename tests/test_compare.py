@@ -97,12 +97,12 @@ def test_exact_holds_every_value_but_the_wall_clock_seconds(tmp_path):
 def test_exact_compares_a_runs_policy_path_without_its_results_folder():
     """Two runs of one preset in other results folders (config `results`) name the same policy;
     another run, or a shared start model, still differs."""
-    a = ["results/smoke/runs/algo=gspo/model=tiny/group_size=4/seed=1/policy/frac=1.0",
-         "results/models/model=tiny/sft"]
-    b = ["results/smoke-2/runs/algo=gspo/model=tiny/group_size=4/seed=1/policy/frac=1.0",
-         "results/models/model=tiny/sft"]
+    a = ["/data/smoke/runs/algo=gspo/model=tiny/group_size=4/seed=1/policy/frac=1.0",
+         "/data/models/model=tiny/sft"]
+    b = ["/data/smoke-2/runs/algo=gspo/model=tiny/group_size=4/seed=1/policy/frac=1.0",
+         "/data/models/model=tiny/sft"]
     assert folder_free("model", a) == folder_free("model", b)
-    assert folder_free("model", a)[1] == "results/models/model=tiny/sft"
+    assert folder_free("model", a)[1] == "/data/models/model=tiny/sft"
     other = [b[0].replace("seed=1", "seed=2"), b[1]]
     assert folder_free("model", a) != folder_free("model", other)
     assert folder_free("checkpoint", a) == a  # only the policy path column
