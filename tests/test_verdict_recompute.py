@@ -4,7 +4,7 @@ engine's printed Δ, interval and unit count for every paired prediction.
 
 Before study 4 has run, its rules are applied to study 3's reuse aggregate (the engine test
 tests/test_offpolicy4_presets.py does the same); once study 4's aggregate is committed, add it
-to AGGREGATES. The registered estimator (docs/preregistration-4.md, "Statistics"): per (unit,
+to STUDIES. The registered estimator (docs/preregistration-4.md, "Statistics"): per (unit,
 problem) the held-out avg@2 integrated over the fractions 0.25..1.0 by the trapezoid rule and
 divided by the span; D_u = mean over problems of A - B; Δ = mean over units; 95% percentile
 interval of a bootstrap that draws starts, then the RL seeds within each drawn start, then the
@@ -26,7 +26,7 @@ from repro.reporting.verdict_spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = load_spec(ROOT / "repro" / "reporting" / "predictions" / "preregistration-4.yaml")
-AGGREGATES = ["results/offpolicy-study/aggregate"]  # study 3's, read under study 4's rules
+STUDIES = ["offpolicy-study"]  # study 3's aggregate, read under study 4's rules
 FRACS = (0.25, 0.5, 0.75, 1.0)
 N_BOOT = 10_000
 
@@ -63,9 +63,9 @@ def nested_interval(d: np.ndarray, starts: list[str]) -> tuple[float, float, flo
     return lo, hi, reps.std()
 
 
-@pytest.mark.parametrize("path", AGGREGATES)
-def test_the_engines_paired_numbers_recompute_independently(path):
-    aggregate = committed(path)
+@pytest.mark.parametrize("study", STUDIES)
+def test_the_engines_paired_numbers_recompute_independently(study):
+    aggregate = committed(f"results/{study}/aggregate")
     table = verdict_tables_of(load_aggregate(aggregate), SPEC)[0]
     printed = {row[0]: row[2] for row in table.rows}
     source = SPEC.subsets[0].name
