@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from committed import committed
+from test_stats_nested import hand_nested
 
 from repro.reporting.load import load_aggregate
 from repro.reporting.verdict import verdict_tables_of
@@ -47,18 +48,9 @@ def auc_by_unit(aggregate: Path, label: str) -> dict[tuple[str, int], dict[str, 
 
 
 def nested_interval(d: np.ndarray, starts: list[str]) -> tuple[float, float, float]:
-    """(2.5%, 97.5% quantiles, replicate sd) of the two-stage bootstrap, by index."""
-    rng = np.random.default_rng(2026)
-    members = {s: [i for i, x in enumerate(starts) if x == s] for s in dict.fromkeys(starts)}
-    names = list(members)
-    reps = np.empty(N_BOOT)
-    for b in range(N_BOOT):
-        units = []
-        for s in rng.integers(0, len(names), len(names)):
-            group = members[names[s]]
-            units += [group[j] for j in rng.integers(0, len(group), len(group))]
-        problems = rng.integers(0, d.shape[1], d.shape[1])
-        reps[b] = d[np.ix_(units, problems)].mean()
+    """(2.5%, 97.5% quantiles, replicate sd) of the two-stage bootstrap drawn by index
+    (test_stats_nested.hand_nested, the estimator's independent implementation)."""
+    reps = hand_nested(d, starts, N_BOOT, seed=2026)
     lo, hi = np.quantile(reps, [0.025, 0.975])
     return lo, hi, reps.std()
 
