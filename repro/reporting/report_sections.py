@@ -155,16 +155,20 @@ def source_regime(agg: Aggregate, store: Store) -> str:
                    f"{arm['baseline']}'s mean log-ratio"], rows)
 
 
-def fair_clip_table(agg: Aggregate, store: Store) -> str:
-    """Study 3's pilot: GSPO's clipped share per source and candidate clip, and the clip the
-    registered rule chose (repro fair-clip)."""
-    from repro.plan import load_config
-    from repro.reporting.fair_clip import fair_clips, markdown
+def fair_clip_table(preset: str, folder: str) -> Callable[[Aggregate, Store], str]:
+    """A pilot's GSPO clipped share per source and candidate clip, and the clip its registered
+    rule chose (repro fair-clip on the pilot `preset`'s committed aggregate `folder`)."""
 
-    root = store.root
-    config = load_config(root / "config" / "config.yaml",
-                         [root / "config" / "presets" / "offpolicy-pilot.yaml"])
-    return markdown(fair_clips(config, root / PILOT))
+    def build(agg: Aggregate, store: Store) -> str:
+        from repro.plan import load_config
+        from repro.reporting.fair_clip import fair_clips, markdown
+
+        root = store.root
+        config = load_config(root / "config" / "config.yaml",
+                             [root / "config" / "presets" / f"{preset}.yaml"])
+        return markdown(fair_clips(config, root / folder))
+
+    return build
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -187,9 +191,10 @@ EXPLORATORY_2 = (
     ("Min-Replace, mean - product reading", "dfpo_min", "dfpo_min_prod"),
 )
 
-TINY, STUDY_1, STUDY_2, PILOT, STUDY_3 = (
+TINY, STUDY_1, STUDY_2, PILOT, STUDY_3, PILOT_4 = (
     "results/aggregate", "results/tiny-study/aggregate", "results/mechanism-study/aggregate",
-    "results/offpolicy-pilot/aggregate", "results/offpolicy-study/aggregate")
+    "results/offpolicy-pilot/aggregate", "results/offpolicy-study/aggregate",
+    "results/offpolicy4-pilot/aggregate")
 
 CI = r"([+-]?\d+(?:\.\d+)?) \[([+-]?\d+(?:\.\d+)?), ([+-]?\d+(?:\.\d+)?)\]"
 
@@ -205,11 +210,13 @@ RESULTS: dict[str, Section] = {
         STUDY_2, tuple((i,) for i in ("G2", "P1", "P2", "P3", "P7", "P8", "P9")),
         ["id", "registered (flat)", "nested, stage-2 starts as clusters", "verdict, nested"],
         units=False)),
-    "study-3-fair-clip": on("study 3's pilot", PILOT, fair_clip_table),
+    "study-3-fair-clip": on("study 3's pilot", PILOT, fair_clip_table("offpolicy-pilot", PILOT)),
     "study-3-verdicts": on("study 3", STUDY_3, engine_table(STUDY_3, 0)),
     "study-3-regime": on("study 3", STUDY_3, source_regime),
     "study-3-nested": on("study 3", STUDY_3, nested_reading(
         STUDY_3, (("reuse", "G2"), ("reuse", "Q1"), ("reuse", "Q3"), ("stale", "Q1"),
                   ("bf16", "Q1")),
         ["source", "id", "registered (flat)", "nested", "verdict, nested"], units=True)),
+    "study-4-fair-clip": on("study 4's pilot", PILOT_4,
+                            fair_clip_table("offpolicy4-pilot", PILOT_4)),
 }
