@@ -137,7 +137,8 @@ def passing() -> dict:
     return {"processes": 2, "predicted_gb": {"rollout": 10.0, "update": 20.0}, "stages": {
         "build": ok, "startup": ok,
         "vllm_sync": ok | {"noise": 0.01, "stale": 1.0, "synced": 0.02},
-        "rollout": ok | {"peak_gb": 8.0}, "update": ok | {"peak_gb": 19.0},
+        "rollout": ok | {"peak_gb": 8.0}, "update": ok | {"peak_gb": 19.0, "reserved_gb": 20.5,
+                                                          "device_used_gb": 22.0},
         "param_change": ok | {"elements_changed_frac": 0.99, "master_dtypes": ["torch.float32"],
                               "sharded": True, "distributed_type": "DistributedType.FSDP"},
         "save": ok | {"writers": 2, "files": 3}, "vllm_resync": ok | {"trained": 0.03},
@@ -153,6 +154,7 @@ def passing() -> dict:
     ("vllm_sync", "noise", 0.5, "before training"),  # vLLM computes another model
     ("vllm_resync", "trained", 0.3, "trained policy"),  # the sync after FSDP2 updates fails
     ("update", "peak_gb", 25.0, "over repro.plan"),  # the planner underestimates
+    ("update", "device_used_gb", 30.0, "more than the 6 GB"),  # context/NCCL/fragments > margin
     ("reload", "tensors_differ", ["lm_head.weight"], "differ"),
     ("save", "writers", 1, "want 2 (each writes"),  # one process wrote everything
     ("rollout", "status", "stopped", "rollout: stopped"),  # overran its budget
@@ -163,6 +165,30 @@ def test_each_defect_is_a_failure(stage, key, value, says):
     report["stages"][stage][key] = value
     got = failures(report, 1e-6, STALE_FACTOR, NOISE_FACTOR)
     assert got and any(says in line for line in got), got
+
+
+def test_a_stage_records_the_allocators_peaks_and_the_devices_use(tmp_path, monkeypatch):
+    """What only a GPU shows, recorded per stage so the next GPU minutes measure the margin:
+    the allocated and reserved peaks and the device's used memory (CUDA's counters stood in
+    for; one process, so no reduce)."""
+    import torch
+
+    from repro.bench import preflight_worker
+
+    counters = {"max_memory_allocated": lambda: 19e9, "max_memory_reserved": lambda: 20.5e9,
+                "mem_get_info": lambda: (119e9, 141e9), "is_available": lambda: True,
+                "synchronize": lambda: None, "reset_peak_memory_stats": lambda: None}
+    for name, fn in counters.items():
+        monkeypatch.setattr(torch.cuda, name, fn)
+    monkeypatch.setattr(preflight_worker, "_world", lambda: 1)
+    progress = preflight_worker.Progress(tmp_path / "progress.json", True, {})
+    progress.start("update")
+    progress.done("update", rows=4)
+    stage = json.loads((tmp_path / "progress.json").read_text())["stages"]["update"]
+    assert (stage["peak_gb"], stage["reserved_gb"], stage["device_used_gb"]) == (19, 20.5, 22)
+    report = passing()
+    report["stages"]["update"] = stage
+    assert failures(report, 1e-6, STALE_FACTOR, NOISE_FACTOR) == []
 
 
 def test_a_skipped_stage_with_its_reason_is_not_a_failure():

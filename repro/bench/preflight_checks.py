@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from repro.plan.memory import RESERVE_GB
+
 NOISE_FLOOR = 1e-3  # vLLM's noise at load can round to ~0 on a tiny model: tolerance floor
 NOISE_CAP = 0.25  # vLLM vs trainer on the same weights: bf16 kernels differ by ~0.01-0.05
 CHANGED_FRAC = 0.5  # share of master elements with a gradient that the preset's lr must move
@@ -66,4 +68,11 @@ def failures(report: dict[str, Any], lr: float, stale_factor: float,
         if "peak_gb" in stage and want is not None and not stage["peak_gb"] <= want:
             bad.append(f"{phase}: peak {stage['peak_gb']:.1f} GB per GPU over repro.plan's "
                        f"{want:.1f} GB")
+        outside = stage.get("device_used_gb", 0.0) - stage.get("peak_gb", 0.0)
+        if "device_used_gb" in stage and not outside <= RESERVE_GB:
+            bad.append(f"{phase}: the device used {stage['device_used_gb']:.1f} GB, "
+                       f"{outside:.1f} above the allocator's "
+                       f"peak (fragmentation {stage['reserved_gb'] - stage['peak_gb']:.1f}, "
+                       f"outside torch {stage['device_used_gb'] - stage['reserved_gb']:.1f}): "
+                       f"more than the {RESERVE_GB:g} GB repro.plan keeps free (RESERVE_GB)")
     return bad

@@ -54,10 +54,17 @@ class Progress:
     def done(self, name: str, **record: Any) -> None:
         from accelerate.utils import reduce
 
-        if torch.cuda.is_available():
+        if torch.cuda.is_available():  # GB per GPU, the most over the processes
             torch.cuda.synchronize()
-            peak = torch.tensor([torch.cuda.max_memory_allocated() / 1e9], device="cuda")
-            record["peak_gb"] = float(reduce(peak, "max")[0]) if _world() > 1 else float(peak)
+            free, total = torch.cuda.mem_get_info()
+            gb = [torch.cuda.max_memory_allocated() / 1e9, torch.cuda.max_memory_reserved() / 1e9,
+                  (total - free) / 1e9]
+            if _world() > 1:
+                gb = reduce(torch.tensor(gb, device="cuda", dtype=torch.float64), "max").tolist()
+            # the allocator's peak (what fake mode tracks), its reserved peak (the difference is
+            # fragmentation) and the device's used memory at the stage's end (beyond reserved:
+            # the CUDA context, NCCL, cuBLAS workspaces): what RESERVE_GB is kept free for
+            record |= dict(zip(("peak_gb", "reserved_gb", "device_used_gb"), gb, strict=True))
         self.stages[name] = {"status": "ok", "seconds": time.perf_counter() - self.t0} | record
         self._write(current=None)
 
