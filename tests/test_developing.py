@@ -171,3 +171,21 @@ def test_the_engine_recipe_names_the_one_list_of_engines():
     assert "`TRAINERS` of `repro/training/trainers.py`" in " ".join(recipe.split())
     assert "enum" not in recipe.replace("has no enum", "")
 
+
+
+def trail() -> str:
+    page = PAGE.read_text()
+    return page.split("\n## How a preset's value reaches the code", 1)[1].split("\n## ", 1)[0]
+
+
+def test_every_step_of_the_transform_trail_names_code_that_exists():
+    """Each `path: name` of the trail is a def, class or assignment of that file (or, in a rule
+    file, a rule): a rename without the page fails here."""
+    steps = re.findall(r"`((?:repro|rules)/[\w/]+\.(?:py|smk)): (\w+)`", " ".join(trail().split()))
+    assert len(steps) >= 12, steps
+    for path, name in steps:
+        text = (ROOT / path).read_text()
+        defined = rf"^\s*(?:def|class|rule) {name}\b|^{name}\b.*="
+        assert re.search(defined, text, re.MULTILINE), f"{path}: {name}"
+    for path in re.findall(r"`((?:rules|config)/[\w/.-]+\.(?:smk|yaml))`", trail()):
+        assert (ROOT / path).exists() or "NAME" in path, path
