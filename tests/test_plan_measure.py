@@ -127,6 +127,7 @@ def test_attention_gets_the_mask_real_tensors_give(arch, monkeypatch):
     measure_step(spec(arch, updates=1, micro_steps=1))
     assert set(masks) == real == {None}
 
+
 def test_an_op_without_a_fake_kernel_is_named_with_its_module(monkeypatch):
     @torch.library.custom_op("repro_test::opaque", mutates_args=())
     def opaque(x: torch.Tensor) -> torch.Tensor:
