@@ -95,7 +95,7 @@ def test_next_layers_extrapolate_from_whole_periods_to_a_direct_trace():
     It failed while fake position ids read as packed rows (+4% on the activations here): the
     [L, L] mask the full-attention layers then held was live at the peak (the backward of the
     last linear-attention layer) with 8 layers, layer 3 below it, but not with 4, and was
-    extrapolated as a per-layer term (+12.1 GB at the 80B preset, docs/gpu.md)."""
+    extrapolated as a per-layer term (13.3 GB too many at the 80B preset, docs/gpu.md)."""
     fields = MODELS["qwen3_next"] | {"full_attention_interval": 4, "num_hidden_layers": 12,
                                      "num_experts": 2, "num_experts_per_tok": 1}  # 2x faster
     s = StepSpec(fields, rows=1, prompt=8, response=56, warm=True)

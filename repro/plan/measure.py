@@ -272,14 +272,12 @@ def _take_peak(tracker: Any, into: dict[str, int]) -> None:
 
 @contextlib.contextmanager
 def _rows_not_packed() -> Iterator[None]:
-    """transformers' packed-sequence check reads the position ids the model builds for a row
-    without any (an arange); fake tensors cannot be read, so it assumes packed rows and builds a
-    [rows, 1, L, L] bool mask (1.21 GB at 34,816 tokens) that real tensors never build: sdpa
-    runs causal, without a mask, with GQA. The full-attention layers' checkpoints hold it, so it
-    is live at the peak only where a full-attention layer lies below the peak layer: at the
-    Qwen3-Next-80B preset in an 8-layer trace, not in a 4-layer one, which made the
-    extrapolation from 4 and 8 layers read it as 0.30 GB a layer (+12.1 GB at 48; docs/gpu.md).
-    Here the check answers for fake position ids what real ones give: not packed."""
+    """transformers' packed-rows check reads the position ids the model builds (an arange); fake
+    ones cannot be read, so it took the rows as packed and built a [rows, 1, L, L] mask (1.21 GB
+    at 34,816 tokens; sdpa then also drops GQA) that real tensors never build. Held by the
+    full-attention layers' checkpoints, it was live at the 80B preset's 8-layer peak, not its
+    4-layer one, and the extrapolation made it 0.30 GB a layer (docs/gpu.md). The check answers
+    for fake position ids what real ones give: not packed."""
     from torch._subclasses.fake_tensor import FakeTensor
     from transformers import masking_utils
 
