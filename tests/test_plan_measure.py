@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from repro.plan.measure import StepSpec, UntraceableOp, measure_extrapolated, measure_step
+from repro.plan.measure import (
+    StepSpec,
+    UntraceableOp,
+    few_layers,
+    measure_extrapolated,
+    measure_step,
+)
 
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 256,
@@ -80,6 +86,46 @@ def test_layers_extrapolate_linearly():
     for stage, cats in direct.stages.items():
         assert abs(guess.stages[stage]["Total"] - cats["Total"]) <= 0.01 * cats["Total"], stage
     assert guess.extrapolated_from == (2, 3)
+
+
+
+def test_next_layers_extrapolate_from_whole_periods_to_a_direct_trace():
+    """Qwen3-Next, full attention every 4th layer, in the steady state `job_spec` traces: every
+    category extrapolated from `few_layers` (4 and 8) equals a direct 12-layer trace within 1%.
+    It failed while fake position ids read as packed rows (+4% on the activations here): the
+    [L, L] mask the full-attention layers then held was live at the peak (the backward of the
+    last linear-attention layer) with 8 layers, layer 3 below it, but not with 4, and was
+    extrapolated as a per-layer term (13.3 GB too many at the 80B preset, docs/gpu.md)."""
+    fields = MODELS["qwen3_next"] | {"full_attention_interval": 4, "num_hidden_layers": 12,
+                                     "num_experts": 2, "num_experts_per_tok": 1}  # 2x faster
+    s = StepSpec(fields, rows=1, prompt=8, response=56, warm=True)
+    assert few_layers(fields) == (4, 8)
+    guess, direct = measure_extrapolated(s, few_layers(fields)), measure_step(s)
+    for stage, cats in direct.stages.items():
+        for key, b in cats.items():
+            assert abs(guess.stages[stage][key] - b) <= 0.01 * b, (stage, key)
+    assert direct.stages["forward + backward"]["Activation"] > 0
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_next"])
+def test_attention_gets_the_mask_real_tensors_give(arch, monkeypatch):
+    """transformers reads the position ids the model builds (an arange) to detect packed rows;
+    fake ones cannot be read and were taken as packed, so sdpa got a [rows, 1, L, L] mask that
+    real tensors never build. The trace's attention calls get what real tensors' get: none."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    sdpa, masks = ALL_ATTENTION_FUNCTIONS["sdpa"], []
+
+    def seen(module, query, key, value, attention_mask, *args, **kwargs):
+        masks.append(None if attention_mask is None else tuple(attention_mask.shape))
+        return sdpa(module, query, key, value, attention_mask, *args, **kwargs)
+
+    monkeypatch.setitem(ALL_ATTENTION_FUNCTIONS._global_mapping, "sdpa", seen)
+    measure_step(spec(arch, real=True, updates=1, micro_steps=1))
+    real = set(masks)
+    masks.clear()
+    measure_step(spec(arch, updates=1, micro_steps=1))
+    assert set(masks) == real == {None}
 
 
 def test_an_op_without_a_fake_kernel_is_named_with_its_module(monkeypatch):

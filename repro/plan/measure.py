@@ -21,6 +21,8 @@ What the tracker needs to tell the truth (tests/test_plan_measure.py tests those
 - * no attention mask and no position ids: every row is at the full budget (the planner's worst
   case), which transformers on a GPU sees as an all-ones mask and drops; a fake mask cannot be
   read, so transformers would build a 4-D mask (and sdpa would lose GQA);
+- * nor the position ids the model builds itself (`_rows_not_packed`): read as packed rows, they
+  made a [rows, 1, L, L] mask that real tensors never build, and it skewed the extrapolation;
 - DFPO's loss reads values (its metrics are floats): its gradient comes from real tensors.
 * An op without a fake kernel raises `UntraceableOp` naming the op and the module it ran in.
 """
@@ -31,6 +33,7 @@ import contextlib
 import re
 import time
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,7 +213,7 @@ def _trace(model: Any, opt: Any, spec: StepSpec) -> dict[str, dict[str, int]]:
     tracker = FSDPMemTracker(model, opt)
     tracker.track_inputs((ids,))
     stages = {s: {} for s in STAGES}
-    with tracker, _naming_the_op(model):
+    with tracker, _naming_the_op(model), _rows_not_packed():
         if spec.snapshot:  # param_change's fp32 copy, taken before the updates
             kept = [p.to_local().detach().clone() for p in model.parameters()]
         if spec.warm:  # gradients and AdamW's state resident, cheaply: a short micro-step
@@ -265,6 +268,29 @@ def _take_peak(tracker: Any, into: dict[str, int]) -> None:
         into.update(cats)
     tracker._peak_mem_snap = tracker.get_tracker_snapshot()
     tracker._peak_mem = {d: s["Total"] for d, s in tracker._peak_mem_snap.items()}
+
+
+@contextlib.contextmanager
+def _rows_not_packed() -> Iterator[None]:
+    """transformers' packed-rows check reads the position ids the model builds (an arange); fake
+    ones cannot be read, so it took the rows as packed and built a [rows, 1, L, L] mask (1.21 GB
+    at 34,816 tokens; sdpa then also drops GQA) that real tensors never build. Held by the
+    full-attention layers' checkpoints, it was live at the 80B preset's 8-layer peak, not its
+    4-layer one, and the extrapolation made it 0.30 GB a layer (docs/gpu.md). The check answers
+    for fake position ids what real ones give: not packed."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from transformers import masking_utils
+
+    real = masking_utils.find_packed_sequence_indices
+
+    def check(position_ids: Any) -> Any:
+        return None if isinstance(position_ids, FakeTensor) else real(position_ids)
+
+    masking_utils.find_packed_sequence_indices = check
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = real
 
 
 @contextlib.contextmanager
