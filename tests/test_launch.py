@@ -106,7 +106,7 @@ def test_paper_32b_runs_trl_under_accelerate_fsdp2_on_one_node_of_hardware_train
 
 @pytest.fixture(scope="module")
 def multinode_plan(lock) -> list[tuple[dict[str, str], str]]:
-    """Train jobs of the 80B preset (hardware.train: 3 nodes x 8 GPUs) with the SLURM profile."""
+    """Train jobs of the 80B preset (hardware.train: 2 nodes x 8 GPUs) with the SLURM profile."""
     return plan("--configfile", "config/presets/paper-qwen3-next-80b.yaml",
                 "--config", f"data_lock={lock}")
 
@@ -114,11 +114,11 @@ def multinode_plan(lock) -> list[tuple[dict[str, str], str]]:
 def test_several_nodes_plan_one_accelerate_launch_per_node_under_srun(multinode_plan):
     resources, shell = multinode_plan[0]
     assert shell.startswith(
-        "srun --nodes=3 --ntasks=3 --ntasks-per-node=1 --cpus-per-task=64 --gres=gpu:8 "
-        f"scripts/launch_accelerate.sh {ACCELERATE} --num_processes 24 -m repro train --config "
+        "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=64 --gres=gpu:8 "
+        f"scripts/launch_accelerate.sh {ACCELERATE} --num_processes 16 -m repro train --config "
     ), shell
     sbatch = sbatch_flags(resources)
-    for flag in ("--nodes=3", "--ntasks=3", "--gres=gpu:8", "--cpus-per-gpu=8"):
+    for flag in ("--nodes=2", "--ntasks=2", "--gres=gpu:8", "--cpus-per-gpu=8"):
         assert flag in sbatch, (flag, sbatch)
     assert "--ntasks-per-gpu" not in sbatch and "--gpus" not in sbatch, sbatch
 
@@ -147,13 +147,12 @@ FAKES = {
 echo "srun $*" >> "$FAKE_LOG"
 n=1; while [ "${1#-}" != "$1" ]; do case "$1" in --ntasks=*) n=${1#--ntasks=};; esac; shift; done
 for ((i = 0; i < n; i++)); do
-  SLURM_JOB_NODELIST="gpu[07-09]" SLURM_NNODES=$n SLURM_PROCID=$i SLURM_NODEID=$i "$@" || exit
+  SLURM_JOB_NODELIST="gpu[07-08]" SLURM_NNODES=$n SLURM_PROCID=$i SLURM_NODEID=$i "$@" || exit
 done
 """,
     "scontrol": """#!/usr/bin/env bash
 echo "scontrol $*" >> "$FAKE_LOG"
 [ "$*" = "show hostnames gpu[07-08]" ] && printf 'gpu07\\ngpu08\\n'
-[ "$*" = "show hostnames gpu[07-09]" ] && printf 'gpu07\\ngpu08\\ngpu09\\n'
 """,
     "accelerate": """#!/usr/bin/env bash
 echo "accelerate $*" >> "$FAKE_LOG"
@@ -173,7 +172,7 @@ def fake_cluster(tmp_path: Path) -> tuple[dict[str, str], Path]:
 
 
 def test_rule_command_for_several_nodes_starts_one_launcher_per_node(tmp_path, multinode_plan):
-    """The train rule's shell (as planned for 3 nodes) run as the job step would run it, with
+    """The train rule's shell (as planned for 2 nodes) run as the job step would run it, with
     fake srun/scontrol/accelerate recording what they were asked to do."""
     _, shell = multinode_plan[0]
     env, log = fake_cluster(tmp_path)
@@ -189,21 +188,21 @@ def test_rule_command_for_several_nodes_starts_one_launcher_per_node(tmp_path, m
         assert proc.returncode == 0, (proc.stderr, (work / log_file).read_text())
     calls = log.read_text().splitlines()
     srun = [c for c in calls if c.startswith("srun ")]
-    assert len(srun) == 2 and "--nodes=3 --ntasks=3 --ntasks-per-node=1" in srun[0], calls
+    assert len(srun) == 2 and "--nodes=2 --ntasks=2 --ntasks-per-node=1" in srun[0], calls
     launches = [shlex.split(c)[2:] for c in calls if c.startswith("accelerate launch ")]
-    assert len(launches) == 6, calls  # 2 jobs x 3 nodes
+    assert len(launches) == 4, calls  # 2 jobs x 2 nodes
     ports = []
-    for job in (launches[:3], launches[3:]):
+    for job in (launches[:2], launches[2:]):
         opts = [dict(zip(args[:8:2], args[1:8:2], strict=True)) for args in job]
-        assert [o["--machine_rank"] for o in opts] == ["0", "1", "2"], job
-        assert {o["--num_machines"] for o in opts} == {"3"}, job
+        assert [o["--machine_rank"] for o in opts] == ["0", "1"], job
+        assert {o["--num_machines"] for o in opts} == {"2"}, job
         assert {o["--main_process_ip"] for o in opts} == {"gpu07"}, job  # the job's first host
         port = {o["--main_process_port"] for o in opts}
         assert len(port) == 1 and 20000 <= int(min(port)) < 30000, job  # nodes agree
         ports += port
         for args in job:
             assert args[8:16] == ["--config_file", "config/accelerate/fsdp2.yaml",
-                                  "--num_processes", "24", "-m", "repro", "train", "--config"]
+                                  "--num_processes", "16", "-m", "repro", "train", "--config"]
     assert ports[0] != ports[1]  # another job, another port
 
 

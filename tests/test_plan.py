@@ -113,7 +113,7 @@ MUTATIONS = [  # (preset, overlay, the key the refusal names)
      "train.trl_args.vllm_gpu_memory_utilization"),
     (P32, {"train": {"staleness": 1}}, "train.staleness"),
 ]
-IDS = ["no-checkpointing", "no-vllm", "80b-P32-on-24", "vllm-0.95", "stale-on-8"]
+IDS = ["no-checkpointing", "no-vllm", "80b-P32-on-16", "vllm-0.95", "stale-on-8"]
 
 
 @pytest.mark.parametrize(("preset", "overlay", "key"), MUTATIONS, ids=IDS)
