@@ -68,8 +68,10 @@ def failures(report: dict[str, Any], lr: float, stale_factor: float,
         if "peak_gb" in stage and want is not None and not stage["peak_gb"] <= want:
             bad.append(f"{phase}: peak {stage['peak_gb']:.1f} GB per GPU over repro.plan's "
                        f"{want:.1f} GB")
-        outside = stage.get("device_used_gb", 0.0) - stage.get("peak_gb", 0.0)
-        if "device_used_gb" in stage and not outside <= RESERVE_GB:
+        if "device_used_gb" not in stage:
+            continue
+        outside = stage["device_used_gb"] - stage["peak_gb"]
+        if not outside <= RESERVE_GB:
             bad.append(f"{phase}: the device used {stage['device_used_gb']:.1f} GB, "
                        f"{outside:.1f} above the allocator's "
                        f"peak (fragmentation {stage['reserved_gb'] - stage['peak_gb']:.1f}, "

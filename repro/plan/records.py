@@ -3,9 +3,9 @@ measured for a train job, and the parse-time plan uses it (issue 48).
 
 Why: the parse-time check must not import torch and must finish in a second, so it cannot trace;
 its arithmetic is within 5% of the tracker on the preflight shapes, 8% high at the Qwen3-32B
-preset and 10% low at the Qwen3-Next-80B one (no Gated DeltaNet + MoE recompute term;
-docs/gpu.md). A record
-carries the tracker's number to the parse-time check instead of a second, fitted formula.
+preset and 6-10% low at the Qwen3-Next-80B one (no Gated DeltaNet + MoE recompute term;
+docs/gpu.md). A record carries the tracker's number to the parse-time check instead of a second,
+fitted formula.
 
 A record is addressed by the fingerprint of everything the trace reads (`StepSpec`: the
 model's config.json fields, world size, rows per micro-step, prompt and response tokens,

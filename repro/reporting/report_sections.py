@@ -155,7 +155,7 @@ def source_regime(agg: Aggregate, store: Store) -> str:
                    f"{arm['baseline']}'s mean log-ratio"], rows)
 
 
-def fair_clip_table(preset: str, folder: str) -> Callable[[Aggregate, Store], str]:
+def fair_clip_section(study: str, preset: str, folder: str) -> Section:
     """A pilot's GSPO clipped share per source and candidate clip, and the clip its registered
     rule chose (repro fair-clip on the pilot `preset`'s committed aggregate `folder`)."""
 
@@ -168,7 +168,7 @@ def fair_clip_table(preset: str, folder: str) -> Callable[[Aggregate, Store], st
                              [root / "config" / "presets" / f"{preset}.yaml"])
         return markdown(fair_clips(config, root / folder))
 
-    return build
+    return on(study, folder, build)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -210,13 +210,12 @@ RESULTS: dict[str, Section] = {
         STUDY_2, tuple((i,) for i in ("G2", "P1", "P2", "P3", "P7", "P8", "P9")),
         ["id", "registered (flat)", "nested, stage-2 starts as clusters", "verdict, nested"],
         units=False)),
-    "study-3-fair-clip": on("study 3's pilot", PILOT, fair_clip_table("offpolicy-pilot", PILOT)),
+    "study-3-fair-clip": fair_clip_section("study 3's pilot", "offpolicy-pilot", PILOT),
     "study-3-verdicts": on("study 3", STUDY_3, engine_table(STUDY_3, 0)),
     "study-3-regime": on("study 3", STUDY_3, source_regime),
     "study-3-nested": on("study 3", STUDY_3, nested_reading(
         STUDY_3, (("reuse", "G2"), ("reuse", "Q1"), ("reuse", "Q3"), ("stale", "Q1"),
                   ("bf16", "Q1")),
         ["source", "id", "registered (flat)", "nested", "verdict, nested"], units=True)),
-    "study-4-fair-clip": on("study 4's pilot", PILOT_4,
-                            fair_clip_table("offpolicy4-pilot", PILOT_4)),
+    "study-4-fair-clip": fair_clip_section("study 4's pilot", "offpolicy4-pilot", PILOT_4),
 }
