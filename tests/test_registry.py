@@ -130,6 +130,27 @@ def test_the_cancels_flag_of_every_transform_is_true():
         assert (residual < 1e-12) == (name in cancelling_transforms()), (name, residual)
 
 
+def test_every_registry_refuses_an_unknown_name_and_a_second_entry_in_one_line():
+    """Algorithms, transforms and sources share repro.registry.Registry: one message each."""
+    from repro.objectives.registry import register_algorithm
+    from repro.objectives.transforms import register_transform
+    from repro.training.sources import Source, get_source, register_source
+
+    for lookup, kind in ((get_algorithm, "algorithm"), (get_source, "source"),
+                         (lambda name: apply_transform(name, None, None, None), "transform")):
+        with pytest.raises(ValueError, match=rf"^unknown {kind} 'nope'; known: \['"):
+            lookup("nope")
+    dfpo = get_algorithm("dfpo")
+    register_algorithm(dfpo.config_cls, group_weights=dfpo.group_weights)(dfpo.loss_fn)  # again
+    with pytest.raises(ValueError, match=r"^algorithm 'dfpo' is already registered$"):
+        register_algorithm(dfpo.config_cls)(lambda cfg, batch, norm=None: None)
+    with pytest.raises(ValueError, match=r"^transform 'identity' is already registered$"):
+        register_transform("identity", cancels=False)(lambda w, adv, groups: w)
+    reuse = get_source("reuse")
+    with pytest.raises(ValueError, match=r"^source 'reuse' is already registered$"):
+        register_source(Source("reuse", {"epochs": 3}, reuse.engines, "another"))
+
+
 THROWAWAY = '''
 """A throwaway objective (tests/test_registry.py): REINFORCE with a scale."""
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from repro.config_fields import check_fields
 from repro.objectives.aggregation import Normalisers
 from repro.objectives.base import LossConfig, Minibatch
+from repro.registry import Registry
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -42,7 +43,7 @@ class Algorithm:
         return self.group_weights is not None
 
 
-_REGISTRY: dict[str, Algorithm] = {}
+_ALGORITHMS: Registry[Algorithm] = Registry("algorithm")
 
 
 def register_algorithm(
@@ -55,24 +56,18 @@ def register_algorithm(
         raise ValueError(f"{config_cls.__name__}.name must be set to register it")
 
     def decorate(loss_fn: LossFn) -> LossFn:
-        known = _REGISTRY.get(name)
-        if known is not None and known.loss_fn is not loss_fn:
-            raise ValueError(f"algorithm {name!r} is already registered")
-        _REGISTRY[name] = Algorithm(name, config_cls, loss_fn, group_weights)
+        _ALGORITHMS.add(name, Algorithm(name, config_cls, loss_fn, group_weights))
         return loss_fn
 
     return decorate
 
 
 def algorithm_names() -> list[str]:
-    return sorted(_REGISTRY)
+    return _ALGORITHMS.names()
 
 
 def get_algorithm(name: str) -> Algorithm:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown algorithm {name!r}; known: {algorithm_names()}") from None
+    return _ALGORITHMS.get(name)
 
 
 def make_config(name: str, **overrides: Any) -> LossConfig:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from repro.objectives.groups import Groups
+from repro.registry import Registry
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -25,7 +26,7 @@ Transform = Callable[["Tensor", "Tensor", Groups], "Tensor"]  # (w, A, groups) -
 ADV_NORM_TOL = 1e-12  # ||A_g|| below this: the group carries no signal, leave w unchanged
 BISECTION_STEPS = 64  # float64 bisection: the bracket shrinks by 2^-64, far below 1e-12
 
-_TRANSFORMS: dict[str, Transform] = {}
+_TRANSFORMS: Registry[Transform] = Registry("transform")
 _CANCELLING: set[str] = set()
 
 
@@ -34,9 +35,7 @@ def register_transform(name: str, *, cancels: bool) -> Callable[[Transform], Tra
     makes sum_i A_i w~_i = 0 in every group, which restores the cancellation of shared tokens."""
 
     def decorate(fn: Transform) -> Transform:
-        if name in _TRANSFORMS:
-            raise ValueError(f"transform {name!r} is already registered")
-        _TRANSFORMS[name] = fn
+        _TRANSFORMS.add(name, fn)
         if cancels:
             _CANCELLING.add(name)
         return fn
@@ -46,11 +45,7 @@ def register_transform(name: str, *, cancels: bool) -> Callable[[Transform], Tra
 
 def apply_transform(name: str, w: Tensor, adv: Tensor, groups: Groups) -> Tensor:
     """Transformed weights w~ [B] for the transform `name`."""
-    try:
-        transform = _TRANSFORMS[name]
-    except KeyError:
-        raise ValueError(f"unknown transform {name!r}; known: {TRANSFORMS}") from None
-    return transform(w, adv, groups)
+    return _TRANSFORMS.get(name)(w, adv, groups)
 
 
 def cancelling_transforms() -> tuple[str, ...]:

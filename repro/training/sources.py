@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from repro.registry import Registry
 from repro.training.trainers import ENGINES
 
 # The TrainConfig fields a label may set for itself: how rollouts become off-policy, nothing of
@@ -43,26 +44,20 @@ class Source:
         object.__setattr__(self, "knobs", MappingProxyType(dict(self.knobs)))
 
 
-_REGISTRY: dict[str, Source] = {}
+_SOURCES: Registry[Source] = Registry("source")
 
 
 def register_source(source: Source) -> Source:
     """Add `source` under its name (once)."""
-    if source.name in _REGISTRY:
-        raise ValueError(f"source {source.name!r} is already registered")
-    _REGISTRY[source.name] = source
-    return source
+    return _SOURCES.add(source.name, source)
 
 
 def source_names() -> list[str]:
-    return sorted(_REGISTRY)
+    return _SOURCES.names()
 
 
 def get_source(name: str) -> Source:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown source {name!r}; known: {source_names()}") from None
+    return _SOURCES.get(name)
 
 
 def label_knobs(entry: Mapping[str, Any]) -> dict[str, Any]:
