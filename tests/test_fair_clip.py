@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from committed import committed
+from presets import resolved
 
 from repro.objectives.gspo import GSPOConfig
-from repro.plan import load_config
 from repro.reporting.fair_clip import (
     PAPER_MAX_SHARE,
     RULES,
@@ -25,15 +25,12 @@ from repro.reporting.fair_clip import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-PILOT = ROOT / "config" / "presets" / "offpolicy-pilot.yaml"
-STUDY = ROOT / "config" / "presets" / "offpolicy-study.yaml"
-PILOT4 = ROOT / "config" / "presets" / "offpolicy4-pilot.yaml"
 CANDIDATES = RULES["offpolicy-pilot"].candidates
 
 
 @pytest.fixture(scope="module")
 def pilot() -> dict:
-    return load_config(ROOT / "config" / "config.yaml", [PILOT])
+    return resolved("offpolicy-pilot.yaml")
 
 
 def write_curves(folder: Path, shares: dict[str, list[float]], units: int = 1) -> Path:
@@ -114,7 +111,7 @@ def test_the_rules_numbers_are_the_pre_registrations(experiment):
 def test_study_4s_rule_reads_both_pilot_starts(tmp_path):
     """Study 4's pilot: two starts per label, the share their mean over all steps; a label
     with one start is refused, and study 3's grid is not study 4's."""
-    pilot4 = load_config(ROOT / "config" / "config.yaml", [PILOT4])
+    pilot4 = resolved("offpolicy4-pilot.yaml")
     grid = RULES["offpolicy4-pilot"].candidates
     shares = dict(zip(grid, (0.40, 0.30, 0.22, 0.17, 0.12, 0.08, 0.03, 0.01), strict=True))
     curves = pilot_shares(pilot4, 0.35, shares)
@@ -128,7 +125,7 @@ def test_study_4s_rule_reads_both_pilot_starts(tmp_path):
 
 
 def test_the_study_presets_fair_gspo_is_the_rule_on_the_committed_pilot(pilot):
-    study = load_config(ROOT / "config" / "config.yaml", [STUDY])
+    study = resolved("offpolicy-study.yaml")
     paper = GSPOConfig()
     for clip in fair_clips(pilot, committed("results/offpolicy-pilot/aggregate")):
         objective = study["algorithms"][f"gspo_fair-{clip.source}"].get("objective", {})
@@ -142,9 +139,8 @@ def test_the_results_page_shows_the_pilots_table_as_the_rule_gives_it(pilot):
 
 
 def test_study_4s_fair_gspo_is_the_rule_on_its_committed_pilot():
-    pilot4 = load_config(ROOT / "config" / "config.yaml", [PILOT4])
-    study4 = load_config(ROOT / "config" / "config.yaml",
-                         [ROOT / "config" / "presets" / "offpolicy4-study.yaml"])
+    pilot4 = resolved("offpolicy4-pilot.yaml")
+    study4 = resolved("offpolicy4-study.yaml")
     (clip,) = fair_clips(pilot4, committed("results/offpolicy4-pilot/aggregate"))
     objective = study4["algorithms"]["gspo_fair-reuse"]["objective"]
     assert (objective["eps_low"], objective["eps_high"]) == (clip.eps_low, clip.eps_high)

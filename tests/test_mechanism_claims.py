@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from committed import committed
+from presets import resolved
 from scipy import stats
 
 from repro.reporting.load import load_aggregate
@@ -139,10 +140,7 @@ def test_the_preregistration_is_unchanged_above_its_dated_erratum():
 def test_the_task_mix_is_what_the_erratum_says():
     """The preset as committed with the aggregate resolves to both tasks at equal weight, which
     the erratum and docs/results.md disclose."""
-    from repro.plan import load_config
-
-    config = load_config(ROOT / "config" / "config.yaml",
-                         [ROOT / "config" / "presets" / "mechanism-study.yaml"])
+    config = resolved("mechanism-study.yaml")
     assert config["train"]["tasks"] == {"synth-rule": 1.0, "synth-preamble": 1.0}
     for text in ((ROOT / PREREG).read_text(), (ROOT / "docs" / "results.md").read_text()):
         assert "probability 1/2" in text

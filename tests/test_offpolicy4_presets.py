@@ -13,9 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 from committed import committed
+from presets import resolved
 
 from repro.pipeline.jobs import Jobs
-from repro.plan import load_config
 from repro.reporting.verdict_spec import START, load_spec
 from repro.training.sources import label_knobs
 
@@ -23,10 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = load_spec(ROOT / "repro" / "reporting" / "predictions" / "preregistration-4.yaml")
 PROSE = (ROOT / "docs" / "preregistration-4.md").read_text(encoding="utf-8")
 RUN_KEYS = ("algo", "model", "group_size", "seed")
-
-
-def resolved(preset: str) -> dict:
-    return load_config(ROOT / "config" / "config.yaml", [ROOT / "config" / "presets" / preset])
 
 
 @pytest.fixture(scope="module")

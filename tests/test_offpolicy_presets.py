@@ -10,18 +10,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from presets import resolved
 
 from repro.pipeline.jobs import Jobs
-from repro.plan import load_config
 from repro.reporting.verdict_spec import START, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_KEYS = ("algo", "model", "group_size", "seed")
 SPEC = load_spec(ROOT / "repro" / "reporting" / "predictions" / "preregistration-3.yaml")
-
-
-def resolved(preset: str) -> dict:
-    return load_config(ROOT / "config" / "config.yaml", [ROOT / "config" / "presets" / preset])
 
 
 @pytest.fixture(scope="module")

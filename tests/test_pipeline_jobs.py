@@ -10,24 +10,16 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from presets import resolved
 from snakemake.io import expand
 
 from repro.evaluation.config import EvalConfig
 from repro.pipeline.checks import at_parse_time, check_selections, schema_refusal
 from repro.pipeline.jobs import EVAL_THREADS, Jobs
 from repro.pipeline.layout import FIGURES, TABLES, Layout
-from repro.plan import load_config
 from repro.training.sources import get_source, source_names
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def resolved(preset: str | None = None, **overrides) -> dict:
-    files = [ROOT / "config" / "presets" / preset] if preset else []
-    config = load_config(ROOT / "config" / "config.yaml", files)
-    for key, value in overrides.items():
-        config[key] = config[key] | value
-    return config
 
 
 def test_smoke_runs_are_the_main_grid_then_the_ablations_without_duplicates():
