@@ -19,13 +19,40 @@ import types
 import typing
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.markup import escape
 
 from repro.config_fields import check_fields
 from repro.training.config import parse_overrides
+
+T = TypeVar("T")
+
+THREADS_HELP = (
+    "torch CPU threads (default: torch's choice). Give each job no more threads than the cores "
+    "it owns: an op spread over a core another job is using stalls (measured 10x slower)."
+)
+
+
+def build_config(command: str, cls: type[T], settings: dict[str, Any]) -> T:
+    """`cls(**settings)`; a value its checks refuse is one line naming it, exit 2."""
+    try:
+        return cls(**settings)
+    except ValueError as err:
+        typer.echo(f"{command}: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
+def set_threads(threads: int | None) -> None:
+    """`--threads`: torch's CPU threads for this process (THREADS_HELP says why to give it)."""
+    if threads is not None:
+        import torch
+
+        if threads < 1:
+            raise typer.BadParameter(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+
 
 SCALARS = (int, float, str, bool, Path)
 CONFIG_ATTR = "__config_class__"  # the dataclass a generated command's options stand for
