@@ -1,4 +1,4 @@
-# Starting policies and per-run configs.
+# Starting policies: SFT warm starts and random inits.
 
 
 rule sft:
@@ -46,17 +46,3 @@ rule init_model:
         job_env
     shell:
         "python -m repro init-model --out {output} --config {params.config} > {log} 2>&1"
-
-
-rule run_config:
-    """One run's resolved TrainConfig; the params trigger rewrites it (and so reruns its
-    training) only when a value of that run changes."""
-    output:
-        f"{layout.run_dir}/config.yaml",
-    log:
-        f"{layout.log_dir}/run_config/{RUN}.log",
-    params:
-        cfg=jobs.run_config,
-    run:
-        write_yaml(output[0], params.cfg)
-        Path(log[0]).write_text(f"wrote {output[0]}\n")

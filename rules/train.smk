@@ -1,4 +1,5 @@
-# RL training: one job per run (algorithm, model, group size, seed).
+# RL training: one job per run (algorithm, model, group size, seed), from the run's resolved
+# config (rule run_config, as eval.smk's eval_config writes an evaluation's).
 
 # One log per attempt: a retry (profile `retries`, a resubmission after scancel or a time limit)
 # first moves the previous attempt's log to LOG.attempt-1 (-2, ...), so `{log}` is the latest
@@ -7,6 +8,20 @@ KEEP_PREVIOUS_LOG = (
     "if [ -s {log} ]; then n=1; while [ -e {log}.attempt-$n ]; do n=$((n + 1)); done;"
     " mv {log} {log}.attempt-$n; fi; "
 )
+
+
+rule run_config:
+    """One run's resolved TrainConfig; the params trigger rewrites it (and so reruns its
+    training) only when a value of that run changes."""
+    output:
+        f"{layout.run_dir}/config.yaml",
+    log:
+        f"{layout.log_dir}/run_config/{RUN}.log",
+    params:
+        cfg=jobs.run_config,
+    run:
+        write_yaml(output[0], params.cfg)
+        Path(log[0]).write_text(f"wrote {output[0]}\n")
 
 
 rule train:
