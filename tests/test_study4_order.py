@@ -1,7 +1,8 @@
 """Study 4's order, checked from the data (issue 47): every committed run of its pilot and its
 confirmatory study ran from a clean tree at a commit that descends from the pre-registration's,
 and started after it; every confirmatory run also descends from the commit that set
-`gspo_fair`'s eps from the pilot (docs/preregistration-4.md, the run log). The manifests
+`gspo_fair`'s eps from the pilot (docs/preregistration-4.md, the run log) and from the one that
+committed the admission of all ten starts (results/offpolicy4-study/admission.txt). The manifests
 (`git_commit`, `git_dirty`, `started`) are committed beside each aggregate."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from repro.results.committed import NotCommitted
 ROOT = Path(__file__).resolve().parents[1]
 PREREG = "docs/preregistration-4.md"
 PRESET = "config/presets/offpolicy4-study.yaml"
+ADMISSION = "results/offpolicy4-study/admission.txt"  # scripts/admit_study4.py's output
 STUDIES = {"offpolicy4-pilot": False, "offpolicy4-study": True}  # name -> confirmatory
 
 
@@ -37,7 +39,9 @@ def history() -> None:
 def first_commit(path: str, pattern: str | None = None) -> str:
     """The oldest commit that added `path` (or, with `pattern`, added a line matching it)."""
     args = ["-G", pattern] if pattern else ["--diff-filter=A"]
-    return git("log", "--format=%H", "--reverse", *args, "--", path).splitlines()[0]
+    commits = git("log", "--format=%H", "--reverse", *args, "--", path).splitlines()
+    assert commits, f"{path}: never committed{f' with a line matching {pattern}' if pattern else ''}"
+    return commits[0]
 
 
 def manifests(study: str) -> list[dict]:
@@ -56,11 +60,14 @@ def test_every_study4_run_follows_its_preregistration(history):
     amendment = first_commit(PRESET, rf"eps_low: {eps:.1e}".replace("e-0", "e-"))
     runs = 0
     for rel, confirmatory in STUDIES.items():
-        for m in manifests(rel):
+        found = manifests(rel)
+        # the admission (all ten starts in the band) is committed before any confirmatory run
+        admission = (first_commit(ADMISSION),) if confirmatory and found else ()
+        for m in found:
             commit = m["git_commit"]
             assert not m["git_dirty"], (rel, commit)
             assert datetime.fromisoformat(m["started"]) > registered, (rel, m["started"])
-            for before in (prereg, amendment) if confirmatory else (prereg,):
+            for before in (prereg, amendment, *admission) if confirmatory else (prereg,):
                 done = subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor",
                                        before, commit], check=False).returncode
                 assert done == 0, f"{rel}: run at {commit} does not descend from {before}"
