@@ -40,7 +40,7 @@ def first_commit(path: str, pattern: str | None = None) -> str:
     """The oldest commit that added `path` (or, with `pattern`, added a line matching it)."""
     args = ["-G", pattern] if pattern else ["--diff-filter=A"]
     commits = git("log", "--format=%H", "--reverse", *args, "--", path).splitlines()
-    assert commits, f"{path}: never committed{f' with a line matching {pattern}' if pattern else ''}"
+    assert commits, f"{path}: no commit adds it (or a line matching {pattern})"
     return commits[0]
 
 
