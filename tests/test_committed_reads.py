@@ -26,7 +26,8 @@ import pytest
 from repro.results.committed import NotCommitted, export
 
 TESTS = Path(__file__).resolve().parent
-HELPERS = {"committed", "copy_committed"}
+# helpers that read git, not the working tree (first_commit: test_study4_order, `git log`)
+HELPERS = {"committed", "copy_committed", "first_commit"}
 # folders under results/ that a run writes (.gitignore): reading them reads a run, not a commit
 RUN_FOLDERS = ("runs", "scratch", "models", "eval", "theory", "tables", "figures", "ci-")
 COMMITTED_LITERAL = re.compile(rf"^results/(?!(?:{'|'.join(RUN_FOLDERS)}))[\w.{{-]")

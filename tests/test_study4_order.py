@@ -21,7 +21,6 @@ from repro.results.committed import NotCommitted
 ROOT = Path(__file__).resolve().parents[1]
 PREREG = "docs/preregistration-4.md"
 PRESET = "config/presets/offpolicy4-study.yaml"
-ADMISSION = "results/offpolicy4-study/admission.txt"  # scripts/admit_study4.py's output
 STUDIES = {"offpolicy4-pilot": False, "offpolicy4-study": True}  # name -> confirmatory
 
 
@@ -62,7 +61,8 @@ def test_every_study4_run_follows_its_preregistration(history):
     for rel, confirmatory in STUDIES.items():
         found = manifests(rel)
         # the admission (all ten starts in the band) is committed before any confirmatory run
-        admission = (first_commit(ADMISSION),) if confirmatory and found else ()
+        admission = ((first_commit("results/offpolicy4-study/admission.txt"),)
+                     if confirmatory and found else ())
         for m in found:
             commit = m["git_commit"]
             assert not m["git_dirty"], (rel, commit)
