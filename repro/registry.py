@@ -36,9 +36,6 @@ class Registry(Generic[T]):
         """The names, sorted (for messages and help)."""
         return sorted(self._entries)
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries
-
     def __iter__(self) -> Iterator[str]:
         """The names in registration order."""
         return iter(self._entries)
