@@ -24,7 +24,7 @@ RESULTS = ROOT / "docs" / "results.md"
 MAX_LINES = 150
 MAX_MEDIAN_WORDS = 25
 STUDIES = {"1": "tiny-study", "2": "mechanism-study",  # "study N" in the table -> its aggregate
-           "3": "offpolicy-study"}
+           "3": "offpolicy-study", "4": "offpolicy4-study"}
 NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 # [study N, ID] or, in a study with blocks, [study N, BLOCK ID] (e.g. "stale G2")
 EVIDENCE = re.compile(r"\[study (\d), ((?:\w+ )?\w+)\]\(docs/results\.md#([\w-]+)\)")

@@ -2,11 +2,10 @@
 (issue 47): the registered estimator written out here with pandas and index draws, against the
 engine's printed Δ, interval and unit count for every paired prediction.
 
-Before study 4 has run, its rules are applied to study 3's reuse aggregate (the engine test
-tests/test_offpolicy4_presets.py does the same); once study 4's aggregate is committed, add it
-to STUDIES. The registered estimator (docs/preregistration-4.md, "Statistics"): per (unit,
-problem) the held-out avg@2 integrated over the fractions 0.25..1.0 by the trapezoid rule and
-divided by the span; D_u = mean over problems of A - B; Δ = mean over units; 95% percentile
+Study 4's rules are applied to its own aggregate and, as a second data set, to study 3's reuse
+aggregate (the engine test tests/test_offpolicy4_presets.py does the same). The registered
+estimator (docs/preregistration-4.md, "Statistics"): per (unit, problem) the held-out avg@2
+integrated over the fractions 0.25..1.0 by the trapezoid rule and divided by the span; D_u = mean over problems of A - B; Δ = mean over units; 95% percentile
 interval of a bootstrap that draws starts, then the RL seeds within each drawn start, then the
 problems (one draw shared by all units, as the paired test pairs problems)."""
 
@@ -27,7 +26,7 @@ from repro.reporting.verdict_spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = load_spec(ROOT / "repro" / "reporting" / "predictions" / "preregistration-4.yaml")
-STUDIES = ["offpolicy-study"]  # study 3's aggregate, read under study 4's rules
+STUDIES = ["offpolicy-study", "offpolicy4-study"]  # study 3's under study 4's rules, and 4
 FRACS = (0.25, 0.5, 0.75, 1.0)
 N_BOOT = 10_000
 

@@ -131,9 +131,9 @@ def nested_reading(folder: str, keys: tuple[tuple[str, ...], ...], header: list[
 
 
 def source_regime(agg: Aggregate, store: Store) -> str:
-    """Study 3's dose per source: the spread of s under both readings and Min-Replace's weight
-    shift (the proposed arm), the fair GSPO's clipped share and mean log-ratio (the baseline);
-    means over every logged step of every unit."""
+    """An off-policy study's dose per source (studies 3 and 4): the spread of s under both
+    readings and the proposed arm's weight shift, the baseline's (the fair GSPO's) clipped share
+    and mean log-ratio; means over every logged step of every unit."""
     s, spec = agg.study, spec_for(agg.study.experiment)
     arm = {name: next(a for sub in spec.subsets if (a := subset_arm(sub, label)))
            for name, label in (("proposed", s.proposed), ("baseline", s.baseline))}
@@ -191,10 +191,10 @@ EXPLORATORY_2 = (
     ("Min-Replace, mean - product reading", "dfpo_min", "dfpo_min_prod"),
 )
 
-TINY, STUDY_1, STUDY_2, PILOT, STUDY_3, PILOT_4 = (
+TINY, STUDY_1, STUDY_2, PILOT, STUDY_3, PILOT_4, STUDY_4 = (
     "results/aggregate", "results/tiny-study/aggregate", "results/mechanism-study/aggregate",
     "results/offpolicy-pilot/aggregate", "results/offpolicy-study/aggregate",
-    "results/offpolicy4-pilot/aggregate")
+    "results/offpolicy4-pilot/aggregate", "results/offpolicy4-study/aggregate")
 
 CI = r"([+-]?\d+(?:\.\d+)?) \[([+-]?\d+(?:\.\d+)?), ([+-]?\d+(?:\.\d+)?)\]"
 
@@ -218,4 +218,6 @@ RESULTS: dict[str, Section] = {
                   ("bf16", "Q1")),
         ["source", "id", "registered (flat)", "nested", "verdict, nested"], units=True)),
     "study-4-fair-clip": fair_clip_section("study 4's pilot", "offpolicy4-pilot", PILOT_4),
+    "study-4-verdicts": on("study 4", STUDY_4, engine_table(STUDY_4, 0)),
+    "study-4-regime": on("study 4", STUDY_4, source_regime),
 }
