@@ -5,7 +5,8 @@ engine's printed Δ, interval and unit count for every paired prediction.
 Study 4's rules are applied to its own aggregate and, as a second data set, to study 3's reuse
 aggregate (the engine test tests/test_offpolicy4_presets.py does the same). The registered
 estimator (docs/preregistration-4.md, "Statistics"): per (unit, problem) the held-out avg@2
-integrated over the fractions 0.25..1.0 by the trapezoid rule and divided by the span; D_u = mean over problems of A - B; Δ = mean over units; 95% percentile
+integrated over the fractions 0.25..1.0 by the trapezoid rule and divided by the span;
+D_u = mean over problems of A - B; Δ = mean over units; 95% percentile
 interval of a bootstrap that draws starts, then the RL seeds within each drawn start, then the
 problems (one draw shared by all units, as the paired test pairs problems)."""
 
