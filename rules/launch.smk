@@ -6,6 +6,10 @@ import re
 import sys
 from pathlib import Path
 
+from repro.config_fields import field_defaults
+from repro.training.config import TrainConfig
+from repro.training.trainers import DECLARED, Engine
+
 # Jobs run `python -m repro` from PATH. The interpreter running this workflow comes first on it,
 # so the jobs use the package the parse imported, also where its venv was not activated
 # (`.venv/bin/snakemake`, `.venv/bin/python -m pytest`: the system python lacks the package).
@@ -29,15 +33,15 @@ def job_env(wildcards) -> str:
     return "../envs/gpu.yaml" if config["eval"]["engine"] == "vllm" else "../envs/cpu.yaml"
 
 
-def trl_engine() -> bool:
-    """train.engine is trl (unset means TrainConfig's default, the native engine)."""
-    return config["train"].get("engine") == "trl"
+def train_engine() -> Engine:
+    """train.engine's declaration (unset means TrainConfig's default, the native engine)."""
+    return DECLARED[config["train"].get("engine", field_defaults(TrainConfig)["engine"])]
 
 
 def train_env(wildcards) -> str:
-    """--sdm conda environment of training jobs: the pinned GPU stack (TRL, accelerate, vLLM)
-    for the TRL engine, the CPU one for the native engine."""
-    return "../envs/gpu.yaml" if trl_engine() else "../envs/cpu.yaml"
+    """--sdm conda environment of training jobs, as the engine declares it: the pinned GPU stack
+    (TRL, accelerate, vLLM) for the TRL engine, the CPU one for the native engine."""
+    return f"../envs/{train_engine().env}.yaml"
 
 
 ACCELERATE_CONFIG = "config/accelerate/fsdp2.yaml"
@@ -100,10 +104,12 @@ def train_launcher(wildcards, threads, resources) -> str:
     procs = nodes * per_node
     if procs <= 1:
         return "python"
-    if not trl_engine():
-        raise ValueError(f"config: train.engine is native (one process on one device), but "
-                         f"hardware.train gives train jobs {nodes} node(s) x {per_node} GPU(s); "
-                         "set train.engine: trl, or give train one GPU")
+    engine = train_engine()
+    if engine.launch != "accelerate":
+        many = [e.name for e in DECLARED.values() if e.launch == "accelerate"]
+        raise ValueError(f"config: train.engine is {engine.name} (one process on one device), "
+                         f"but hardware.train gives train jobs {nodes} node(s) x {per_node} "
+                         f"GPU(s); set train.engine: {' or '.join(many)}, or give train one GPU")
     accelerate = f"--config_file {ACCELERATE_CONFIG} --num_processes {procs}"
     if nodes == 1:
         return f"accelerate launch {accelerate} --main_process_port 0"  # 0: a free port

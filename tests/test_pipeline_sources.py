@@ -95,6 +95,16 @@ def test_a_package_that_imports_its_folder_brings_every_module_of_it(package):
     assert "repro/pkg/unused.py" not in closure_of_pkg(package)  # a plain package does not
 
 
+def test_a_module_naming_a_subpackage_brings_every_module_of_it(package):
+    """repro.training.trainers reads the engines' declarations from the files of the package it
+    names ("repro.engines"); a docstring naming it, or a bare "repro", brings nothing."""
+    write(package, {"repro/reads.py": 'PKG = "repro.pkg"\n',
+                    "repro/mentions.py": '"""Not repro.pkg."""\nTOP = "repro"\n'})
+    assert "repro/pkg/unused.py" in names(package, closure(package, ("repro.reads",)))
+    mentioned = names(package, closure(package, ("repro.mentions",)))
+    assert mentioned == ["repro/__init__.py", "repro/mentions.py"], mentioned
+
+
 def closure_of_pkg(package: Path) -> list[str]:
     return names(package, closure(package, ("repro.entry",)))
 

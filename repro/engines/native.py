@@ -49,6 +49,10 @@ from repro.training.run import (
     write_log,
 )
 
+# repro train's declaration of this engine (read by repro.training.trainers, not imported)
+ENGINE = {"name": "native", "trainer": "train_native", "launch": "python", "env": "cpu",
+          "help": "this package's single-process loop, the CPU reference"}
+
 
 @dataclass
 class StepContext:

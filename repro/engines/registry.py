@@ -1,5 +1,6 @@
-"""`repro train`'s engines by name (TrainConfig.engine): `train` dispatches through the one list,
-repro.training.trainers.TRAINERS (name -> import path).
+"""`repro train`'s engines by name (TrainConfig.engine): `train` dispatches through
+repro.training.trainers.TRAINERS (name -> import path), read from each engine module's own
+`ENGINE` declaration.
 
 Engines sit above repro.training (config, rollout, checkpoints, run bookkeeping), which never
 imports them back. An engine is imported on use: accelerate and TRL load only for theirs.

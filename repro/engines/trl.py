@@ -55,6 +55,11 @@ from repro.training.run import (
     write_log,
 )
 
+# repro train's declaration of this engine (read by repro.training.trainers, not imported)
+ENGINE = {"name": "trl", "trainer": "train_trl", "launch": "accelerate", "env": "gpu",
+          "help": "TRL 1.16's GRPOTrainer with the same objectives, for GPUs, FSDP2 and vLLM "
+                  "rollouts through `accelerate launch`"}
+
 
 class ProblemReward:
     """TRL reward function: grades each completion against its problem with the project's

@@ -11,8 +11,10 @@ only parses options, so an edit there reruns nothing), found statically
 - a data file or folder beside a module, named by a string in it (`with_name("specs")`,
   `paper.mplstyle`, the sandbox's `lcb_harness.py`);
 - a module named in such a data file (a benchmark spec's `generator: repro.tasks.X:rows`,
-  imported by name at runtime), or by a `repro.X:NAME` string in a module (the engines of
-  repro.training.trainers);
+  imported by name at runtime), or by a `repro.X:NAME` string in a module;
+- every module of a subpackage that a string in a module names whole (`"repro.engines"`:
+  repro.training.trainers reads the engines' declarations from their files, and the engine
+  registry imports the one a run names);
 - every module beside a package `__init__` that imports its folder with
   `pkgutil.iter_modules` (repro.objectives: an algorithm file registers itself).
 """
@@ -161,6 +163,9 @@ def closure(root: Path, modules: tuple[str, ...],
         names, strings, imports_folder = scans[path]
         by_path = (m.group(1) for text in strings if (m := _IMPORT_PATH.fullmatch(text)))
         todo += [p for name in [*names, *by_path] for p in resolve(root, name)]
+        todo += [p for name in strings if _MODULE_NAME.fullmatch(name)
+                 and (init := module_file(root, name)) and init.name == "__init__.py"
+                 for p in sorted(init.parent.glob("*.py"))]
         if imports_folder:
             todo += sorted(path.parent.glob("*.py"))
         todo += _data_beside(path, strings)

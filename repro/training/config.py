@@ -23,7 +23,7 @@ from repro.config_bounds import check_bounds
 from repro.config_fields import check_fields, field_defaults
 from repro.objectives import LossConfig, algorithm_names, get_algorithm, make_config
 from repro.objectives.advantages import SCALES
-from repro.training.trainers import ENGINES
+from repro.training.trainers import DECLARED, ENGINES
 from repro.training.trl_options import check_trl_args
 
 
@@ -162,9 +162,8 @@ class TrainConfig:
     )
     engine: str = field(
         default="native",
-        metadata={"help": "Trainer: 'native' (this package's single-process loop, the CPU "
-                  "reference) or 'trl' (TRL 1.16's GRPOTrainer with the same objectives, "
-                  "for GPUs, FSDP2 and vLLM rollouts through `accelerate launch`)."},
+        metadata={"help": "Trainer, one of the engines that repro/engines/ declares: "
+                  + "; ".join(f"'{e.name}' ({e.help})" for e in DECLARED.values()) + "."},
     )
     trl_args: dict[str, Any] = field(
         default_factory=dict,
