@@ -86,3 +86,22 @@ def test_budget_panels_tell_their_arms_apart(study, name):
         # the ablations were evaluated at 100% only: points side by side
         assert "arm (evaluated at 100% of the budget)" in [ax.get_xlabel() for ax in fig.axes]
     assert "pooled over benchmarks" not in fig.axes[0].get_ylabel()  # one benchmark
+
+
+@pytest.mark.parametrize("study,name", [(study, name) for study, (_, names)
+                                        in DOC_FIGURES.items() for name in names])
+def test_the_legend_clears_the_title_and_stays_on_the_canvas(study, name):
+    """A one-panel figure once put its legend's heading over the figure title: the legend is
+    drawn beside the axes, below the title, and inside the canvas."""
+    agg = load_aggregate(committed(DOC_FIGURES[study][0]))
+    with style_context(STYLE):
+        fig = FIGURES[name](agg)
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+    renderer = canvas.get_renderer()
+    page = fig.bbox
+    for legend in fig.legends:
+        box = legend.get_window_extent(renderer)
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 + 1 and page.y0 <= box.y0, (study, name)
+        if fig._suptitle is not None:
+            assert not box.overlaps(fig._suptitle.get_window_extent(renderer)), (study, name)

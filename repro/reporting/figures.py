@@ -286,6 +286,8 @@ DOC_FIGURES: dict[str, tuple[str, tuple[str, ...]]] = {
                         ("reward_vs_compute", "difference_vs_budget", "accuracy_vs_budget")),
     "offpolicy-study": ("results/offpolicy-study/aggregate",
                         ("difference_vs_budget", "accuracy_vs_budget")),
+    "offpolicy4-study": ("results/offpolicy4-study/aggregate",
+                         ("difference_vs_budget", "accuracy_vs_budget")),
 }
 DOC_DPI = 110
 DRAWN_WITH = "drawn-with.json"  # the matplotlib and FreeType that drew them: bytes depend on both

@@ -72,5 +72,5 @@ def legend(fig: Figure, heading: str) -> None:
             if not label.startswith("_"):
                 found.setdefault(label, handle)
     if found:
-        fig.legend(list(found.values()), list(found), loc="outside right upper", title=heading,
+        fig.legend(list(found.values()), list(found), loc="outside right center", title=heading,
                    title_fontsize=8, alignment="left")
