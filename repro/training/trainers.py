@@ -13,6 +13,7 @@ environment of its jobs, envs/<env>.yaml) and `help` (one line for the config re
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def _declaration(path: Path) -> dict | None:
 def declared_engines(folder: Path) -> dict[str, Engine]:
     """name -> Engine for every module of `folder` declaring one, in file-name order; a bad
     declaration is refused in one line naming the file and key."""
-    fields = {"name", "trainer", "launch", "env", "help"}
+    fields = {f.name for f in dataclasses.fields(Engine)} - {"module"}  # module: from the file
     engines: dict[str, Engine] = {}
     for path in sorted(folder.glob("*.py")):
         decl = _declaration(path)
